@@ -1,0 +1,59 @@
+# Attention and Transformers: the two commands are `make` (build the course) and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Tools the venv provides (nbgrader calls `alembic`, the book calls `jupyter`) come first on PATH.
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+ASSIGNMENTS := $(notdir $(wildcard solutions/a*_*))
+
+.PHONY: all course install book release selfgrade summary test lint pytest book-smoke clean
+
+all: course
+
+course: install book release selfgrade summary
+
+## install: create .venv (if missing) and install the pinned dependencies and the project, editable.
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade --quiet pip
+	$(PY) -m pip install --quiet -e ".[dev]"
+	@if $(PY) -m pip list 2>/dev/null | grep -qi '^nvidia-'; then \
+		echo "error: nvidia-* packages were installed; torch must stay pinned to the CPU build" >&2; exit 1; fi
+	@touch $(STAMP)
+
+## book: build the Jupyter Book to book/_build/html (warnings are errors).
+book: install
+	$(VENV)/bin/jupyter-book build book --warningiserror --nitpick --keep-going
+
+## release: regenerate the student releases in assignments/ from the nbgrader sources in solutions/.
+release: install
+	@if [ -n "$(ASSIGNMENTS)" ]; then $(PY) -m autograder release $(ASSIGNMENTS); \
+	else echo "release: no assignment sources in solutions/ yet"; fi
+
+## selfgrade: grade the reference solutions, blank releases and sample submissions.
+selfgrade: install
+	@if [ -n "$(ASSIGNMENTS)" ]; then $(PY) -m autograder selfgrade $(ASSIGNMENTS); \
+	else echo "selfgrade: no assignments yet"; fi
+
+summary: install
+	@$(PY) -m course_lib summary
+
+## test: ruff (check + format check), pytest, and a smoke build of the book.
+test: install lint pytest book-smoke
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+pytest: install
+	$(PY) -m pytest -n 2 --dist loadgroup
+
+book-smoke: install
+	$(VENV)/bin/jupyter-book build book --warningiserror --nitpick --keep-going --path-output build_artifacts/book-smoke
+
+clean:
+	rm -rf book/_build build_artifacts

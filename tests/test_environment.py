@@ -1,0 +1,69 @@
+"""The pins: pyproject.toml and environment.yml agree, torch is the CPU build, no CUDA wheels."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import re
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _pyproject_pins() -> dict[str, str]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    specs = project["dependencies"] + [
+        s for group in project["optional-dependencies"].values() for s in group
+    ]
+    return dict(_split(s) for s in specs)
+
+
+def _environment_pins() -> dict[str, str]:
+    pins = {}
+    for line in (REPO / "environment.yml").read_text().splitlines():
+        m = re.match(r"^\s*-\s+([A-Za-z0-9_.\-]+==\S+)\s*$", line)
+        if m:
+            name, version = _split(m.group(1))
+            pins[name] = version
+    return pins
+
+
+def _split(spec: str) -> tuple[str, str]:
+    name, sep, version = spec.partition("==")
+    assert sep, f"dependency {spec!r} is not pinned with '==': pin it exactly"
+    return name.strip().lower(), version.strip()
+
+
+def test_environment_yml_matches_pyproject():
+    py, env = _pyproject_pins(), _environment_pins()
+    assert py, "no pins found in pyproject.toml"
+    only_py = sorted(set(py) - set(env))
+    only_env = sorted(set(env) - set(py))
+    assert not only_py and not only_env, f"only in pyproject: {only_py}; only in env: {only_env}"
+    differ = {k: (py[k], env[k]) for k in py if py[k] != env[k]}
+    assert not differ, f"versions differ (pyproject, environment.yml): {differ}"
+
+
+def test_key_pins():
+    pins = _pyproject_pins()
+    assert pins["torch"] == "2.13.0", "torch must be pinned to 2.13.0 (the CPU wheel)"
+    assert pins["jupyter-book"].startswith("1.0."), "Jupyter Book 2 fails offline: stay on 1.0.x"
+    assert pins["nbgrader"].startswith("0.9.")
+
+
+def test_installed_versions_match_pins():
+    wrong = {}
+    for name, version in _pyproject_pins().items():
+        installed = md.version(name)
+        if installed.split("+")[0] != version:
+            wrong[name] = (version, installed)
+    assert not wrong, f"installed versions differ from the pins (pinned, installed): {wrong}"
+
+
+def test_no_cuda_wheels_installed():
+    nvidia = sorted(
+        d.metadata["Name"]
+        for d in md.distributions()
+        if d.metadata["Name"].lower().startswith("nvidia-")
+    )
+    assert not nvidia, f"CUDA packages installed: {nvidia}; torch must stay on the CPU pin"
