@@ -1,1 +1,1 @@
-"""The trusted grader: hidden pytest suites run against sandboxed student code (instructors only)."""
+"""The trusted grader: hidden pytest suites run against sandboxed student code."""
