@@ -1,0 +1,1 @@
+"""Offline, seeded data sets for the course (see each module's docstring)."""
