@@ -218,7 +218,7 @@ class BertMLMHead(nn.Module):
 class BertForPreTraining(nn.Module):
     """BERT with both pre-training heads: ids (B, T) -> (MLM logits (B, T, V), NSP logits (B, 2)).
 
-    Its ``bert`` holds the encoder to fine-tune later (copy ``bert.state_dict()`` into a classifier).
+    Its ``bert`` is the encoder to fine-tune later: copy ``bert.state_dict()`` into a classifier.
     """
 
     def __init__(self, *, config: BertConfig) -> None:
