@@ -373,3 +373,32 @@ PRESETS: dict[str, Callable[..., nn.Module]] = {
     "bert-large": _preset(_LARGE),  # 335M, reported as 340M
     "bert-base-pretraining": _preset(BertConfig(), BertForPreTraining),
 }
+
+#: Overrides that make every preset tiny (tests/test_models_generic.py).
+TINY = dict(
+    vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+    intermediate_size=32, max_position_embeddings=32, num_languages=2,
+)  # fmt: skip
+
+
+def example_batch(
+    model: nn.Module, *, batch_size: int = 2
+) -> tuple[dict[str, Tensor], tuple[int, ...]]:
+    """Deterministic inputs (two segments, two languages, padding) and the main output's shape."""
+    config: BertConfig = model.config
+    T = min(8, config.max_position_embeddings)
+    generator = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(config.vocab_size, (batch_size, T), generator=generator)
+    attention_mask = torch.ones(batch_size, T, dtype=torch.bool)
+    attention_mask[0, T // 2 + 1 :] = False  # padding at the end of the first sequence
+    segments = (torch.arange(T) >= T // 2).long().expand(batch_size, T)  # (B, T): A then B
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": segments}
+    if config.num_languages > 0:
+        inputs["language_ids"] = segments % config.num_languages
+    shapes = {
+        BertModel: (batch_size, T, config.hidden_size),
+        BertForPreTraining: (batch_size, T, config.vocab_size),
+        BertForMaskedLM: (batch_size, T, config.vocab_size),
+        BertForSequenceClassification: (batch_size, config.num_labels),
+    }
+    return inputs, shapes[type(model)]

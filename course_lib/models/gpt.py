@@ -380,3 +380,14 @@ PRESETS: dict[str, Callable[..., nn.Module]] = {
     # GPT-3 (Brown et al. 2020, Table 2.1): build it on the meta device only
     "gpt3-175b": _preset(GPTConfig(block_size=2048, n_layer=96, n_head=96, n_embd=12288)),
 }
+
+#: Overrides that make every preset tiny (tests/test_models_generic.py).
+TINY = dict(vocab_size=64, block_size=32, n_layer=1, n_head=2, n_embd=16)
+
+
+def example_batch(model: GPT, *, batch_size: int = 2) -> tuple[dict[str, Tensor], tuple[int, ...]]:
+    """Deterministic token ids for ``model(**inputs)`` and the logits' shape (B, T, V)."""
+    T = min(8, model.config.block_size)
+    generator = torch.Generator().manual_seed(0)
+    idx = torch.randint(model.config.vocab_size, (batch_size, T), generator=generator)
+    return {"idx": idx}, (batch_size, T, model.config.vocab_size)
