@@ -173,7 +173,8 @@ def generate_date_examples(
 ) -> list[DateExample]:
     """``n`` random dates (uniform over days of ``min_year``..``max_year``) in random formats.
 
-    ``formats`` is a list of names from ``DATE_FORMATS`` or ``DATE_ORDERS[order]``; None means all.
+    ``formats`` is a list of names from ``DATE_FORMATS`` and/or field orders (``"DMY"``,
+    ``"MDY"``, ``"YMD"``, standing for all formats of ``DATE_ORDERS[order]``); None means all.
     ``filler_words`` adds that many (or a random number in ``(low, high)``) words from
     ``FILLER_WORDS`` before and after the date, without changing the target.
     """
@@ -181,7 +182,13 @@ def generate_date_examples(
         raise ValueError(f"n must be a non-negative int, got {n!r}")
     if not 1 <= min_year <= max_year <= 9999:
         raise ValueError(f"need 1 <= min_year <= max_year <= 9999, got {min_year}, {max_year}")
-    formats = DATE_FORMATS if formats is None else tuple(formats)
+    if formats is None:
+        formats = DATE_FORMATS
+    else:
+        if isinstance(formats, str):
+            raise TypeError(f"formats must be a list of format names, got the string {formats!r}")
+        # an order name ("DMY") stands for all formats of that order
+        formats = tuple(f for name in formats for f in DATE_ORDERS.get(name, (name,)))
     _check_formats(formats)
     lo, hi = TWO_DIGIT_YEAR_RANGE
     if not (lo <= min_year and max_year <= hi) and set(formats) & set(TWO_DIGIT_YEAR_FORMATS):
