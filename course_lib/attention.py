@@ -234,7 +234,9 @@ class MultiHeadAttention(nn.Module):
 
     forward(query (B, T_q, C), key (B, T_k, kdim) = query, value (B, T_k, vdim) = key,
     mask bool keep broadcastable to (B, H, T_q, T_k), *, attn_bias float broadcastable to the same,
-    return_weights) -> y (B, T_q, C), or (y, A (B, H, T_q, T_k)).
+    causal, return_weights) -> y (B, T_q, C), or (y, A (B, H, T_q, T_k)).
+    ``causal=True`` is the same as AND-ing ``causal_mask(T_q, T_k=T_k)`` into the mask, but lets
+    the fused path use the kernel's ``is_causal`` (no mask tensor) when nothing else is masked.
 
     ``fused=True`` calls torch.nn.functional.scaled_dot_product_attention; ``fused=False`` runs the
     manual path written out above. ``return_weights=True`` always runs the manual path.
@@ -311,24 +313,33 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         *,
         attn_bias: Tensor | None = None,
+        causal: bool = False,
         return_weights: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
         key = query if key is None else key
         value = key if value is None else value
         self._check_inputs(query, key, value, mask)
         B, T_q, C = query.shape
+        T_k = key.shape[1]
+        use_fused = self.fused and not return_weights
+        is_causal = causal and use_fused and mask is None and attn_bias is None and T_q == T_k
+        if causal and not is_causal:
+            keep = causal_mask(T_q, T_k=T_k, device=query.device)  # (T_q, T_k)
+            mask = keep if mask is None else mask & keep
         q = self._split_heads(self.q_proj(query))  # (B, H, T_q, D)
         k = self._split_heads(self.k_proj(key))  # (B, H, T_k, D)
         v = self._split_heads(self.v_proj(value))  # (B, H, T_k, D)
         dropout_p = self.dropout if self.training else 0.0
         weights = None
-        if self.fused and not return_weights:
+        if use_fused:
             attn_mask = mask
             if attn_bias is not None:
                 attn_mask = attn_bias.to(q.dtype)
                 if mask is not None:
                     attn_mask = attn_mask.masked_fill(~mask, float("-inf"))
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal
+            )  # (B, H, T_q, D)
             if mask is not None:  # make "fully masked row -> 0" explicit, whatever the kernel does
                 y = y.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
         else:

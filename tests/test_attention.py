@@ -322,6 +322,20 @@ def test_mha_manual_path_equals_fused_path_with_mask_and_bias_and_gradients():
             torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_mha_causal_flag_equals_causal_mask(fused):
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2, fused=fused).double()
+    x = torch.randn(2, 6, 8, dtype=torch.float64)
+    torch.testing.assert_close(mha(x, causal=True), mha(x, mask=causal_mask(6)))
+    pad = padding_mask([6, 3], 6)[:, None, None, :]
+    torch.testing.assert_close(mha(x, mask=pad, causal=True), mha(x, mask=pad & causal_mask(6)))
+    memory = torch.randn(2, 9, 8, dtype=torch.float64)  # more keys than queries: bottom-right
+    torch.testing.assert_close(
+        mha(x, memory, causal=True), mha(x, memory, mask=causal_mask(6, T_k=9))
+    )
+
+
 def test_mha_dropout_only_in_training():
     torch.manual_seed(0)
     mha = MultiHeadAttention(8, 2, dropout=0.5)
