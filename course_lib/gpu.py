@@ -341,6 +341,9 @@ def peak_memory(
     is seen, however brief. ``"sample"`` (the fallback elsewhere) polls RSS from a thread every
     0.5 ms, so it can miss a peak shorter than that. Other threads of the process also count, so
     measure in a quiet process and treat small numbers (< a few MB) as noise.
+
+    MPS: PyTorch keeps no peak statistic there, so this is only the memory still allocated after
+    the call (a lower bound).
     """
     if not callable(fn):
         raise TypeError(f"peak_memory needs a callable taking no arguments, got {type(fn)}")
