@@ -262,9 +262,14 @@ def test_ddp_two_cpu_ranks_average_gradients(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), COURSE_DEVICE="cpu")
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
-        str(REPO / "tests" / "ddp_worker.py"), str(tmp_path),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--standalone",
+        str(REPO / "tests" / "ddp_worker.py"),
+        str(tmp_path),
+    ]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 

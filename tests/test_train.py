@@ -69,19 +69,23 @@ def test_fit_accepts_any_batch_structure_and_a_list_loader():
         return F.mse_loss(model(batch["inputs"]), batch["targets"])
 
     data = regression_data(8)
-    batches = [{"inputs": data.tensors[0][i : i + 4], "targets": data.tensors[1][i : i + 4]}
-               for i in (0, 4)]  # fmt: skip
+    batches = [
+        {"inputs": data.tensors[0][i : i + 4], "targets": data.tensors[1][i : i + 4]}
+        for i in (0, 4)
+    ]
     history = fit(nn.Linear(3, 1), batches, loss_fn=loss_fn, epochs=2, progress=False)
     assert history.steps == 4 and seen == [["inputs", "targets"]] * 4
-    eval_history = fit(nn.Linear(3, 1), batches, loss_fn=loss_fn, eval_fn=lambda m: 0.5,
-                       progress=False)  # fmt: skip
+    eval_history = fit(
+        nn.Linear(3, 1), batches, loss_fn=loss_fn, eval_fn=lambda m: 0.5, progress=False
+    )
     assert eval_history.evals == [{"epoch": 1, "step": 2, "eval": 0.5}]
 
 
 def test_same_seed_same_losses_different_seed_different():
     def run(seed):
-        return fit(make_mlp(), shuffled_loader(), loss_fn=mse, epochs=2, seed=seed,
-                   progress=False).losses  # fmt: skip
+        return fit(
+            make_mlp(), shuffled_loader(), loss_fn=mse, epochs=2, seed=seed, progress=False
+        ).losses
 
     first = run(7)
     assert run(7) == first
@@ -94,8 +98,16 @@ def test_resume_from_checkpoint_continues_identically(tmp_path, stop_after):
         return {"w": float(model[0].weight.sum())}
 
     def run(model, **kwargs):
-        return fit(model, shuffled_loader(), loss_fn=mse, epochs=3, seed=3, eval_fn=eval_fn,
-                   progress=False, **kwargs)  # fmt: skip
+        return fit(
+            model,
+            shuffled_loader(),
+            loss_fn=mse,
+            epochs=3,
+            seed=3,
+            eval_fn=eval_fn,
+            progress=False,
+            **kwargs,
+        )
 
     full_model = make_mlp()
     full = run(full_model)
@@ -120,10 +132,22 @@ def test_save_and_load_checkpoint_round_trip(tmp_path):
     model = make_mlp()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
-    history = fit(model, shuffled_loader(), loss_fn=mse, optimizer=optimizer, scheduler=scheduler,
-                  progress=False)  # fmt: skip
-    path = save_checkpoint(tmp_path / "sub" / "c.pt", model, optimizer, history,
-                           scheduler=scheduler, extra={"note": "hi"})  # fmt: skip
+    history = fit(
+        model,
+        shuffled_loader(),
+        loss_fn=mse,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        progress=False,
+    )
+    path = save_checkpoint(
+        tmp_path / "sub" / "c.pt",
+        model,
+        optimizer,
+        history,
+        scheduler=scheduler,
+        extra={"note": "hi"},
+    )
     # Plain state dicts only: torch's safe loader accepts the file.
     assert isinstance(torch.load(path, weights_only=True), dict)
 
@@ -135,8 +159,10 @@ def test_save_and_load_checkpoint_round_trip(tmp_path):
         torch.testing.assert_close(model2.state_dict()[k], v, rtol=0, atol=0)
     assert optimizer2.param_groups[0]["lr"] == pytest.approx(1e-2 * 0.5**4)
     assert scheduler2.last_epoch == 4
-    torch.testing.assert_close(optimizer2.state_dict()["state"][0]["exp_avg"],
-                               optimizer.state_dict()["state"][0]["exp_avg"])  # fmt: skip
+    torch.testing.assert_close(
+        optimizer2.state_dict()["state"][0]["exp_avg"],
+        optimizer.state_dict()["state"][0]["exp_avg"],
+    )
     assert isinstance(state["history"], History) and state["history"].losses == history.losses
     assert state["extra"] == {"note": "hi"}
 
@@ -159,8 +185,9 @@ def test_save_and_load_checkpoint_round_trip(tmp_path):
 
 
 def test_budgets_stop_the_run():
-    history = fit(nn.Linear(3, 1), shuffled_loader(), loss_fn=mse, epochs=10, max_steps=7,
-                  progress=False)  # fmt: skip
+    history = fit(
+        nn.Linear(3, 1), shuffled_loader(), loss_fn=mse, epochs=10, max_steps=7, progress=False
+    )
     assert history.steps == 7 and history.stop_reason == "max_steps"
     assert history.epochs_completed == 1
 
@@ -168,8 +195,14 @@ def test_budgets_stop_the_run():
         time.sleep(0.01)
         return mse(model, batch)
 
-    history = fit(nn.Linear(3, 1), shuffled_loader(), loss_fn=slow_mse, epochs=100,
-                  max_seconds=0.05, progress=False)  # fmt: skip
+    history = fit(
+        nn.Linear(3, 1),
+        shuffled_loader(),
+        loss_fn=slow_mse,
+        epochs=100,
+        max_seconds=0.05,
+        progress=False,
+    )
     assert history.stop_reason == "max_seconds"
     assert 1 <= history.steps < 100 and history.elapsed >= 0.05  # 400 steps without the budget
 
@@ -183,8 +216,14 @@ def test_gradient_clipping_bounds_the_update():
     def huge_loss(model, batch):
         return 1e4 * mse(model, batch)
 
-    history = fit(model, [regression_data(8).tensors], loss_fn=huge_loss, optimizer=optimizer,
-                  clip_grad=0.01, progress=False)  # fmt: skip
+    history = fit(
+        model,
+        [regression_data(8).tensors],
+        loss_fn=huge_loss,
+        optimizer=optimizer,
+        clip_grad=0.01,
+        progress=False,
+    )
     change = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before)])
     assert change.norm() <= 0.01 * (1 + 1e-5)
     assert len(history.grad_norms) == 1 and history.grad_norms[0] > 100
@@ -199,8 +238,9 @@ def test_amp_on_cpu_runs_in_bfloat16():
         dtypes.append(out.dtype)
         return F.mse_loss(out.float(), y)
 
-    history = fit(nn.Linear(3, 1), shuffled_loader(), loss_fn=loss_fn, amp=True, device="cpu",
-                  progress=False)  # fmt: skip
+    history = fit(
+        nn.Linear(3, 1), shuffled_loader(), loss_fn=loss_fn, amp=True, device="cpu", progress=False
+    )
     assert set(dtypes) == {torch.bfloat16}
     assert all(math.isfinite(v) for v in history.losses)
 
