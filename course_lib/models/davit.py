@@ -26,7 +26,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from course_lib.attention import MultiHeadAttention
@@ -35,12 +37,14 @@ from course_lib.vision import DropPath, pad_to_multiple, window_partition, windo
 
 __all__ = [
     "PRESETS",
+    "TINY",
     "ChannelAttention",
     "ChannelBlock",
     "ConvPosEnc",
     "DaViT",
     "DaViTConfig",
     "SpatialBlock",
+    "example_batch",
 ]
 
 
@@ -292,3 +296,20 @@ PRESETS: dict[str, Callable[..., nn.Module]] = {
         drop_path_rate=0.0,
     ),  # fmt: skip
 }
+
+# Overrides that make every preset tiny (the generic model test in tests/test_models_generic.py).
+TINY: dict[str, Any] = dict(
+    image_size=16, patch_size=2, embed_dims=(8, 16), depths=(1, 1), num_heads=(1, 2),
+    num_groups=(2, 2), window_size=2, num_classes=5,
+)  # fmt: skip
+
+
+def example_batch(
+    model: DaViT, *, batch_size: int = 2
+) -> tuple[dict[str, Tensor], tuple[int, ...]]:
+    """Deterministic random images for ``model(**inputs)`` and the shape of the logits."""
+    cfg = model.config
+    generator = torch.Generator().manual_seed(0)
+    shape = (batch_size, cfg.in_channels, cfg.image_size, cfg.image_size)
+    images = torch.randn(shape, generator=generator)
+    return {"images": images}, (batch_size, cfg.num_classes)

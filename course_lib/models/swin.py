@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -46,10 +47,12 @@ from course_lib.vision import (
 
 __all__ = [
     "PRESETS",
+    "TINY",
     "SwinBlock",
     "SwinConfig",
     "SwinTransformer",
     "WindowAttention",
+    "example_batch",
     "from_hf_swin",
 ]
 
@@ -387,3 +390,20 @@ PRESETS: dict[str, Callable[..., nn.Module]] = {
         drop_path_rate=0.0,
     ),  # fmt: skip
 }
+
+# Overrides that make every preset tiny (the generic model test in tests/test_models_generic.py).
+TINY: dict[str, Any] = dict(
+    image_size=16, patch_size=2, embed_dim=8, depths=(2, 2), num_heads=(1, 2), window_size=2,
+    num_classes=5,
+)  # fmt: skip
+
+
+def example_batch(
+    model: SwinTransformer, *, batch_size: int = 2
+) -> tuple[dict[str, Tensor], tuple[int, ...]]:
+    """Deterministic random images for ``model(**inputs)`` and the shape of the logits."""
+    cfg = model.config
+    generator = torch.Generator().manual_seed(0)
+    shape = (batch_size, cfg.in_channels, cfg.image_size, cfg.image_size)
+    images = torch.randn(shape, generator=generator)
+    return {"images": images}, (batch_size, cfg.num_classes)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -32,11 +32,13 @@ from course_lib.vision import PatchEmbed
 
 __all__ = [
     "PRESETS",
+    "TINY",
     "EncoderBlock",
     "VisionTransformer",
     "ViTConfig",
     "attention_rollout",
     "cls_attention_maps",
+    "example_batch",
     "from_hf_vit",
 ]
 
@@ -327,3 +329,20 @@ PRESETS: dict[str, Callable[..., nn.Module]] = {
         mlp_dim=64,
     ),  # fmt: skip
 }
+
+# Overrides that make every preset tiny (the generic model test in tests/test_models_generic.py).
+TINY: dict[str, Any] = dict(
+    image_size=8, patch_size=4, dim=16, depth=1, num_heads=2, mlp_dim=32, num_classes=5,
+    representation_size=12,
+)  # fmt: skip
+
+
+def example_batch(
+    model: VisionTransformer, *, batch_size: int = 2
+) -> tuple[dict[str, Tensor], tuple[int, ...]]:
+    """Deterministic random images for ``model(**inputs)`` and the shape of the logits."""
+    cfg = model.config
+    generator = torch.Generator().manual_seed(0)
+    shape = (batch_size, cfg.in_channels, cfg.image_size, cfg.image_size)
+    images = torch.randn(shape, generator=generator)
+    return {"images": images}, (batch_size, cfg.num_classes)
