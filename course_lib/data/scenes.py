@@ -182,12 +182,14 @@ def generate_scenes(
     if not 1 <= min_objects <= max_objects <= 3:
         raise ValueError(f"need 1 <= min_objects <= max_objects <= 3, got {min_objects}, "
                          f"{max_objects}")  # fmt: skip
+    from tqdm.auto import tqdm
+
     rng = np.random.default_rng(seed)
     return [
         generate_scene(
             rng, size=size, n_objects=int(rng.integers(min_objects, max_objects + 1)), noise=noise
         )
-        for _ in range(n)
+        for _ in tqdm(range(n), desc="scenes", leave=False, disable=n < 5000)  # ~1 s per 2000
     ]
 
 
