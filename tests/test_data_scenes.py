@@ -165,3 +165,16 @@ def test_bad_arguments():
         generate_scenes(3, 0, min_objects=3, max_objects=2)
     with pytest.raises(ValueError, match="negative_fraction"):
         MatchingDataset(3, 0, negative_fraction=2.0)
+
+
+def test_left_to_right_captions():
+    random_order = generate_scenes(30, seed=6)
+    ordered = generate_scenes(30, seed=6, caption_order="left_to_right")
+    for a, b in zip(random_order, ordered):
+        assert torch.equal(a.image, b.image) and set(a.objects) == set(b.objects)
+        centres = [o.box[0] + o.box[2] for o in b.objects]
+        assert centres == sorted(centres)
+        assert caption_true_from_pixels(b.image, " ".join(b.caption))
+        assert b.caption[:2] == (b.objects[0].colour, b.objects[0].shape)
+    with pytest.raises(ValueError, match="caption_order"):
+        generate_scenes(1, 0, caption_order="sorted")

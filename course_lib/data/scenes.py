@@ -121,9 +121,23 @@ def _separated(a: tuple[int, int, int], b: tuple[int, int, int], gap: int) -> bo
 
 
 def generate_scene(
-    rng: np.random.Generator, *, size: int = 32, n_objects: int = 2, noise: float = 0.0
+    rng: np.random.Generator,
+    *,
+    size: int = 32,
+    n_objects: int = 2,
+    noise: float = 0.0,
+    caption_order: str = "random",
 ) -> Scene:
-    """One random scene with ``n_objects`` shapes of distinct colours; see the module docstring."""
+    """One random scene with ``n_objects`` shapes of distinct colours; see the module docstring.
+
+    The caption chains the objects in random order (``caption_order="random"``), or left to right
+    by box centre (``"left_to_right"``), which makes the caption a function of the image: what a
+    captioning model needs for exact-match accuracy to be reachable.
+    """
+    if caption_order not in ("random", "left_to_right"):
+        raise ValueError(
+            f"caption_order must be 'random' or 'left_to_right', got {caption_order!r}"
+        )
     if size < 16:
         raise ValueError(f"size must be >= 16 pixels, got {size}")
     if not 1 <= n_objects <= 3:
@@ -148,6 +162,8 @@ def generate_scene(
         mask = _shape_mask(shape, x, y, side, size)
         image[:, mask] = np.asarray(COLOURS[colour], dtype=np.float32)[:, None]
         objects.append(SceneObject(colour, shape, _tight_box(mask)))
+    if caption_order == "left_to_right":
+        objects.sort(key=lambda o: (o.box[0] + o.box[2], o.box[1] + o.box[3]))
     if noise > 0:
         image = np.clip(image + rng.normal(0.0, noise, image.shape), 0.0, 1.0).astype(np.float32)
     caption: list[str] = []
@@ -175,6 +191,7 @@ def generate_scenes(
     min_objects: int = 2,
     max_objects: int = 3,
     noise: float = 0.0,
+    caption_order: str = "random",
 ) -> list[Scene]:
     """``n`` scenes with ``min_objects``..``max_objects`` shapes each, deterministic in ``seed``."""
     if not isinstance(n, int) or n < 0:
@@ -187,7 +204,11 @@ def generate_scenes(
     rng = np.random.default_rng(seed)
     return [
         generate_scene(
-            rng, size=size, n_objects=int(rng.integers(min_objects, max_objects + 1)), noise=noise
+            rng,
+            size=size,
+            n_objects=int(rng.integers(min_objects, max_objects + 1)),
+            noise=noise,
+            caption_order=caption_order,
         )
         for _ in tqdm(range(n), desc="scenes", leave=False, disable=n < 5000)  # ~1 s per 2000
     ]
