@@ -357,21 +357,35 @@ class MultiHeadAttention(nn.Module):
 
 
 def _chunk_keep(
-    mask: Tensor | None, causal: bool, T_q: int, T_k: int, start: int, stop: int, device
+    mask: Tensor | None, causal: bool, T_q: int, T_k: int, i0: int, start: int, stop: int, device
 ) -> Tensor | None:
-    """Keep-mask for keys [start, stop): (..., T_q, stop - start), or None if nothing is masked."""
+    """Keep-mask of queries [i0, T_q) for keys [start, stop): (..., T_q - i0, stop - start).
+
+    None when nothing is masked.
+    """
     keep = None
     if mask is not None:
         keep = mask if mask.shape[-1] == 1 else mask[..., start:stop]
+        if keep.dim() >= 2 and keep.shape[-2] != 1:
+            keep = keep[..., i0:, :]
     if causal:  # query i (at position i + T_k - T_q) sees key j <= i + T_k - T_q
-        i = torch.arange(T_q, device=device)[:, None] + (T_k - T_q)
-        c = torch.arange(start, stop, device=device)[None, :] <= i  # (T_q, chunk)
+        i = torch.arange(i0, T_q, device=device)[:, None] + (T_k - T_q)
+        c = torch.arange(start, stop, device=device)[None, :] <= i  # (T_q - i0, chunk)
         keep = c if keep is None else keep & c
     return keep
 
 
+def _first_query(causal: bool, T_q: int, T_k: int, start: int) -> int:
+    """First query that can see key ``start``: with a causal mask, earlier queries are skipped."""
+    return max(0, start - (T_k - T_q)) if causal else 0
+
+
 class _ChunkedAttention(torch.autograd.Function):
-    """Exact attention over key chunks; saves only q, k, v, y and the row log-sum-exp L (T_q)."""
+    """Exact attention over key chunks; saves only q, k, v, y and the row log-sum-exp L (T_q).
+
+    Inside forward/backward autograd is off, so the (T_q, chunk) buffers are updated in place:
+    at most two of them exist at a time.
+    """
 
     @staticmethod
     def forward(ctx, q, k, v, mask, causal, chunk_size, scale):  # noqa: D102
@@ -381,17 +395,21 @@ class _ChunkedAttention(torch.autograd.Function):
         acc = q.new_zeros((*q.shape[:-1], v.shape[-1]))  # running sum p V   (..., T_q, D_v)
         for start in range(0, T_k, chunk_size):
             stop = min(start + chunk_size, T_k)
-            s = (q @ k[..., start:stop, :].transpose(-2, -1)) * scale  # (..., T_q, chunk)
-            keep = _chunk_keep(mask, causal, T_q, T_k, start, stop, q.device)
+            i0 = _first_query(causal, T_q, T_k, start)
+            if i0 >= T_q:  # causal: no query sees these keys (nor later ones)
+                break
+            m_i, l_i, acc_i = m[..., i0:, :], l[..., i0:, :], acc[..., i0:, :]  # views
+            s = (q[..., i0:, :] @ k[..., start:stop, :].transpose(-2, -1)).mul_(scale)
+            keep = _chunk_keep(mask, causal, T_q, T_k, i0, start, stop, q.device)
             if keep is not None:
-                s = s.masked_fill(~keep, float("-inf"))
-            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+                s.masked_fill_(~keep, float("-inf"))  # (..., T_q - i0, chunk)
+            m_new = torch.maximum(m_i, s.amax(dim=-1, keepdim=True))
             m_safe = m_new.masked_fill(m_new == float("-inf"), 0.0)  # rows with nothing seen yet
-            p = torch.exp(s - m_safe)  # (..., T_q, chunk), exactly 0 where masked
-            alpha = torch.exp(m - m_safe)  # rescales what was accumulated under the old max
-            l = l * alpha + p.sum(dim=-1, keepdim=True)
-            acc = acc * alpha + p @ v[..., start:stop, :]  # (..., T_q, D_v)
-            m = m_new
+            p = s.sub_(m_safe).exp_()  # exp(s - m), exactly 0 where masked
+            alpha = (m_i - m_safe).exp_()  # rescales what was accumulated under the old max
+            l_i.mul_(alpha).add_(p.sum(dim=-1, keepdim=True))
+            acc_i.mul_(alpha).add_(p @ v[..., start:stop, :])  # (..., T_q - i0, D_v)
+            m_i.copy_(m_new)
         empty = l == 0  # fully-masked rows
         y = acc / l.masked_fill(empty, 1.0)
         L = (m + torch.log(l)).masked_fill(empty, float("inf"))  # exp(s - inf) = 0 in backward
@@ -407,17 +425,23 @@ class _ChunkedAttention(torch.autograd.Function):
         delta = (dy * y).sum(dim=-1, keepdim=True)  # (..., T_q, 1) = rowsum(dA * A)
         for start in range(0, T_k, ctx.chunk_size):
             stop = min(start + ctx.chunk_size, T_k)
+            i0 = _first_query(ctx.causal, T_q, T_k, start)
+            if i0 >= T_q:
+                break
+            q_i, dy_i = q[..., i0:, :], dy[..., i0:, :]
             k_c, v_c = k[..., start:stop, :], v[..., start:stop, :]
-            s = (q @ k_c.transpose(-2, -1)) * ctx.scale  # recomputed scores (..., T_q, chunk)
-            keep = _chunk_keep(mask, ctx.causal, T_q, T_k, start, stop, q.device)
+            s = (q_i @ k_c.transpose(-2, -1)).mul_(ctx.scale)  # recomputed scores
+            keep = _chunk_keep(mask, ctx.causal, T_q, T_k, i0, start, stop, q.device)
             if keep is not None:
-                s = s.masked_fill(~keep, float("-inf"))
-            a = torch.exp(s - L)  # attention weights of this chunk (..., T_q, chunk)
-            dv[..., start:stop, :] = a.transpose(-2, -1) @ dy
-            da = dy @ v_c.transpose(-2, -1)  # (..., T_q, chunk)
-            ds = a * (da - delta) * ctx.scale  # softmax backward
-            dq += ds @ k_c
-            dk[..., start:stop, :] = ds.transpose(-2, -1) @ q
+                s.masked_fill_(~keep, float("-inf"))
+            a = s.sub_(
+                L[..., i0:, :]
+            ).exp_()  # this chunk's attention weights (..., T_q - i0, chunk)
+            dv[..., start:stop, :] = a.transpose(-2, -1) @ dy_i
+            da = dy_i @ v_c.transpose(-2, -1)  # (..., T_q - i0, chunk)
+            ds = da.sub_(delta[..., i0:, :]).mul_(a).mul_(ctx.scale)  # softmax backward
+            dq[..., i0:, :] += ds @ k_c
+            dk[..., start:stop, :] = ds.transpose(-2, -1) @ q_i
         return dq, dk, dv, None, None, None, None
 
 
@@ -437,7 +461,8 @@ def chunked_attention(
     sum of values; each new chunk of keys rescales them by exp(m_old - m_new). Only (T_q, chunk)
     scores exist at a time, so memory grows linearly in T, in the forward pass AND in the
     backward pass: a custom autograd function saves just q, k, v, y and the per-row log-sum-exp,
-    and recomputes each chunk's scores in backward (as FlashAttention does).
+    and recomputes each chunk's scores in backward (as FlashAttention does). With ``causal=True``
+    the queries that cannot see a chunk are skipped, which halves the work.
 
     Args:
         q (..., T_q, D), k (..., T_k, D), v (..., T_k, D_v) with equal leading dims.

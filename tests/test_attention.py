@@ -405,6 +405,20 @@ def test_chunked_attention_combines_keep_mask_with_causal():
     )
 
 
+@pytest.mark.parametrize("chunk_size", [1, 5, 16])
+def test_chunked_attention_per_query_mask_causal_cached_keys_with_gradients(chunk_size):
+    q, k, v = _qkv(2, 3, 5, 4, T_k=12, D_v=6, dtype=torch.float64, grad=True, seed=4)
+    keep = torch.rand(2, 1, 5, 12, generator=torch.Generator().manual_seed(4)) < 0.7
+    y = chunked_attention(q, k, v, keep, chunk_size=chunk_size, causal=True)
+    expected = scaled_dot_product_attention(q, k, v, keep & causal_mask(5, T_k=12))
+    torch.testing.assert_close(y, expected, atol=1e-12, rtol=0)
+    upstream = torch.randn_like(y)
+    grads = torch.autograd.grad(y, (q, k, v), upstream)
+    expected_grads = torch.autograd.grad(expected, (q, k, v), upstream)
+    for g, e in zip(grads, expected_grads):
+        torch.testing.assert_close(g, e, atol=1e-12, rtol=0)
+
+
 def test_chunked_attention_gradcheck_and_half_precision():
     q, k, v = _qkv(1, 2, 6, 3, dtype=torch.float64, grad=True)
     keep = padding_mask([6, 4], 6)[:, None, :]
