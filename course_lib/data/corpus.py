@@ -28,6 +28,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from course_lib.masking import mask_tokens
+
 from .vocab import BERT_SPECIALS, DEFAULT_SPECIALS, Vocab, pad_sequences, seq2seq_collate
 
 # English singular -> (plural, pseudo-language stem)
@@ -325,7 +327,9 @@ def mask_for_mlm(
     mask_prob: float = 0.15,
     generator: torch.Generator | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """BERT's masked-language-model corruption of ``input_ids (B, T)``.
+    """BERT's masked-language-model corruption of ``input_ids (B, T)`` in this corpus's vocabulary.
+
+    A thin wrapper of :func:`course_lib.masking.mask_tokens`, the one implementation of the rule.
 
     Each non-special token is chosen with probability ``mask_prob``; a chosen token becomes
     ``[MASK]`` (80 %), a random non-special token (10 %) or stays (10 %). Returns
@@ -334,21 +338,14 @@ def mask_for_mlm(
     """
     if not 0.0 <= mask_prob <= 1.0:
         raise ValueError(f"mask_prob must be in [0, 1], got {mask_prob}")
-    special = torch.tensor(sorted(vocab.special_ids))
-    candidates = ~torch.isin(input_ids, special)
-
-    def draw() -> Tensor:
-        return torch.rand(input_ids.shape, generator=generator)
-
-    chosen = candidates & (draw() < mask_prob)
-    labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
-    u = draw()
-    to_mask, to_random = chosen & (u < 0.8), chosen & (u >= 0.8) & (u < 0.9)
-    normal = torch.tensor([i for i in range(len(vocab)) if i not in vocab.special_ids])
-    random_ids = normal[torch.randint(len(normal), input_ids.shape, generator=generator)]
-    corrupted = torch.where(to_mask, torch.full_like(input_ids, vocab.mask_id), input_ids)
-    corrupted = torch.where(to_random, random_ids, corrupted)
-    return corrupted, labels
+    return mask_tokens(
+        input_ids,
+        vocab_size=len(vocab),
+        mask_id=vocab.mask_id,
+        special_ids=vocab.special_ids,
+        prob=mask_prob,
+        generator=generator,
+    )
 
 
 class TokenBlockDataset(Dataset):
