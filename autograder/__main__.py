@@ -1,0 +1,173 @@
+"""Command line: ``python -m autograder {release,grade,check,selfgrade,gradescope} ...``.
+
+Run from the course folder (the one holding ``nbgrader_config.py``) or pass ``--course-dir``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from .course import Course, find_course
+from .grade import Grader, Options, Submission, discover, safe_name
+
+
+def _options(args: argparse.Namespace) -> Options:
+    return Options(
+        jobs=args.jobs,
+        timeout=args.timeout,
+        wall=args.wall,
+        load_timeout=args.load_timeout,
+        cpu=args.cpu,
+        memory_gib=args.memory_gib,
+        sandbox=args.sandbox,
+        progress=not args.quiet,
+    )
+
+
+def _add_limits(p: argparse.ArgumentParser, jobs: int = 2) -> None:
+    p.add_argument("--jobs", type=int, default=jobs, help="parallel runners (default %(default)s)")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per call (default 10)")
+    p.add_argument("--wall", type=float, default=300.0, help="seconds per submission (300)")
+    p.add_argument("--load-timeout", type=float, default=30.0, help="seconds to load the code")
+    p.add_argument("--cpu", type=int, default=120, help="CPU seconds per worker process (120)")
+    p.add_argument(
+        "--memory-gib", type=float, default=4.0, help="address space per worker, >= 4 (4)"
+    )
+    p.add_argument(
+        "--sandbox",
+        choices=("auto", "namespace", "fallback"),
+        default="auto",
+        help="namespaces where permitted (auto), required, or never (fallback)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def cmd_release(args: argparse.Namespace, course: Course) -> int:
+    from .release import release
+
+    return release(course, args.assignments)
+
+
+def _single(folder: Path, student: str, release: list[str]) -> list[Submission]:
+    from .grade import _folder_submission
+
+    return [_folder_submission(student, folder, release)]
+
+
+def cmd_grade(args: argparse.Namespace, course: Course) -> int:
+    from .report import write_all
+
+    options = _options(args)
+    source = Path(args.submissions) if args.submissions else course.submitted_dir
+    out = Path(args.out) if args.out else course.root / "autograder_out" / args.assignment
+    with Grader(course, args.assignment, options, hide=[source.resolve(), out.resolve()]) as g:
+        release = list(g.release)
+        if args.student:
+            subs = _single(source, args.student, release)
+        else:
+            subs = discover(source, args.assignment, release)
+        if not subs:
+            print(f"no submissions found in {source}", file=sys.stderr)
+        rows = g.grade(subs)
+        tests, sandbox = g.tests, g.sandbox_report
+    manual = any(not c.autograded for c in g.grade_cells.values())
+    answers = {}
+    for row in rows:
+        answers[row["student"]] = row.pop("answers", {})
+        row["manual_pending"] = manual
+    write_all(out, args.assignment, rows, tests, sandbox)
+    if args.gradescope:
+        if len(rows) != 1:
+            print("error: --gradescope needs exactly one submission", file=sys.stderr)
+            return 2
+        shutil.copyfile(
+            out / "feedback" / safe_name(rows[0]["student"]) / "results.json", args.gradescope
+        )
+    if not args.no_gradebook and rows:
+        from .gradebook import record
+
+        record(course, args.assignment, rows, answers)
+    print(
+        f"sandbox: {sandbox.get('network')}; {sandbox.get('filesystem')}; uid {sandbox.get('uid')}"
+    )
+    width = max([len(r["student"]) for r in rows] + [7])
+    for row in rows:
+        reason = f"  ({row['reason']})" if row["reason"] else ""
+        print(f"  {row['student']:<{width}} {row['score']:>6g} / {row['max_score']:<6g}{reason}")
+    print(f"graded {len(rows)} submission(s); grades.csv, report.json and feedback/ in {out}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace, course: Course) -> int:
+    from .selfcheck import check
+
+    return check(course, args.assignment, _options(args))
+
+
+def cmd_selfgrade(args: argparse.Namespace, course: Course) -> int:
+    from .selfcheck import selfgrade
+
+    out = Path(args.out) if args.out else course.grading_dir / "selfgrade.json"
+    return selfgrade(course, args.assignments, _options(args), out)
+
+
+def cmd_gradescope(args: argparse.Namespace, course: Course) -> int:
+    from .gradescope import build
+
+    out = (
+        Path(args.out)
+        if args.out
+        else course.root / "autograder_out" / f"{args.assignment}-gradescope.zip"
+    )
+    build(course, args.assignment, out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
+    parser.add_argument("--course-dir", help="the course folder (default: here, or this repo)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("release", help="regenerate assignments/<name>/ from solutions/<name>/")
+    p.add_argument("assignments", nargs="+")
+    p.set_defaults(func=cmd_release)
+
+    p = sub.add_parser("grade", help="grade submissions with the hidden suite")
+    p.add_argument("assignment")
+    p.add_argument(
+        "--submissions",
+        help="nbgrader's submitted/ (default), per-student folders, or a folder of notebooks",
+    )
+    p.add_argument("--student", help="treat --submissions as the folder of this one student")
+    p.add_argument("--out", help="output folder (default autograder_out/<assignment>)")
+    p.add_argument("--gradescope", help="also copy the (single) results.json here")
+    p.add_argument("--no-gradebook", action="store_true", help="do not write nbgrader's gradebook")
+    _add_limits(p)
+    p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("check", help="reference scores 100%%, blank 0, rerun identical")
+    p.add_argument("assignment")
+    _add_limits(p)
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("selfgrade", help="grade reference, blank and samples against expected.json")
+    p.add_argument("assignments", nargs="+")
+    p.add_argument("--out", help="where to write the rows (default grading/selfgrade.json)")
+    _add_limits(p)
+    p.set_defaults(func=cmd_selfgrade)
+
+    p = sub.add_parser("gradescope", help="write a Gradescope autograder zip")
+    p.add_argument("assignment")
+    p.add_argument("--out", help="zip path (default autograder_out/<assignment>-gradescope.zip)")
+    p.set_defaults(func=cmd_gradescope)
+
+    args = parser.parse_args(argv)
+    course = Course(find_course(args.course_dir))
+    return args.func(args, course)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""The wire format between the trusted grader and a sandboxed worker: framed, plain data only.
+
+Every message is one ``torch.save`` payload behind an 8-byte length. The receiving side always
+loads with ``torch.load(weights_only=True)``, so only tensors, numbers, strings, bytes, ``None``,
+dtypes, devices, sizes and nested lists / tuples / dicts can cross; an arbitrary pickle (a class
+the student defined, a tensor subclass, a function) is refused by the loader.
+
+Objects that are not plain data (an ``nn.Module`` the student's code built, an optimizer, a
+generator) stay in the worker; what crosses is a marker ``{REMOTE_KEY: id, "type": "Cls"}`` that
+the trusted side turns into a :class:`autograder.proxy.Remote` handle.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+from typing import Any
+
+import torch
+
+REMOTE_KEY = "__autograder_remote__"
+HEADER = struct.Struct(">Q")
+MAX_MESSAGE = 512 * 1024**2  # a reply larger than this is refused (e.g. a 10 GB tensor)
+MAX_DEPTH = 32
+
+
+class ProtocolError(Exception):
+    """The other side sent something that is not a well-formed plain-data message."""
+
+
+def dumps(obj: Any) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def loads(data: bytes) -> Any:
+    try:
+        return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except Exception as error:  # the loader refuses anything but plain data
+        raise ProtocolError(f"message is not plain data: {type(error).__name__}: {error}") from None
+
+
+def send(sock: socket.socket, obj: Any) -> None:
+    payload = dumps(obj)
+    sock.sendall(HEADER.pack(len(payload)) + payload)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = sock.recv(min(n, 1 << 20))
+        if not chunk:
+            raise EOFError("connection closed")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def recv(sock: socket.socket, *, limit: int = MAX_MESSAGE) -> Any:
+    (size,) = HEADER.unpack(_recv_exact(sock, HEADER.size))
+    if size > limit:
+        raise ProtocolError(f"message of {size} bytes exceeds the {limit}-byte limit")
+    return loads(_recv_exact(sock, size))
+
+
+def plain_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A detached, compact, plain ``torch.Tensor`` (no subclass, no shared oversized storage)."""
+    t = t.detach()
+    if type(t) is not torch.Tensor:
+        t = t.as_subclass(torch.Tensor)
+    if t.layout != torch.strided:
+        t = t.to_dense()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if not t.is_contiguous() or t.untyped_storage().nbytes() != t.numel() * t.element_size():
+        t = t.clone(memory_format=torch.contiguous_format)
+    return t
+
+
+def to_plain(obj: Any, keep: Any, depth: int = 0) -> Any:
+    """Convert ``obj`` to plain data; ``keep(obj) -> marker`` is called for everything else."""
+    if depth > MAX_DEPTH:
+        raise ValueError("value is nested too deeply to send")
+    if isinstance(obj, torch.Tensor):
+        return plain_tensor(obj)
+    if obj is None or type(obj) in (bool, int, float, complex, str, bytes):
+        return obj
+    if isinstance(obj, (torch.dtype, torch.device, torch.Size)):
+        return obj
+    for base in (bool, int, float, complex, str, bytes):  # enums, str subclasses, ...
+        if isinstance(obj, base):
+            return base(obj)
+    module = type(obj).__module__
+    if module == "numpy":
+        import numpy as np
+
+        if isinstance(obj, np.ndarray):
+            return plain_tensor(torch.from_numpy(np.ascontiguousarray(obj)))
+        if isinstance(obj, np.generic):
+            return obj.item()
+    if isinstance(obj, dict) and not any(REMOTE_KEY == k for k in obj):
+        return {to_plain(k, keep, depth + 1): to_plain(v, keep, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        items = [to_plain(v, keep, depth + 1) for v in obj]
+        return items if isinstance(obj, list) else tuple(items)
+    return keep(obj)
+
+
+def remote_marker(handle: int, obj: Any) -> dict:
+    cls = type(obj)
+    return {REMOTE_KEY: handle, "type": f"{cls.__module__}.{cls.__qualname__}"}
+
+
+def is_remote_marker(obj: Any) -> bool:
+    return isinstance(obj, dict) and isinstance(obj.get(REMOTE_KEY), int)

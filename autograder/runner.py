@@ -1,0 +1,183 @@
+"""A grading runner: one per ``--jobs`` slot, started by :mod:`autograder.grade`.
+
+It imports torch, pytest and the course library once, forks its zygote (before any hidden test is
+imported), then serves commands read as JSON lines on stdin, answering on its original stdout:
+
+- ``collect``: list the hidden suite's tests and markers (the *manifest*);
+- ``grade``: run the suite against one prepared submission.
+
+Each command runs in a child forked from this warm process, so a submission costs a fork, not an
+interpreter start, and nothing a test leaves behind leaks into the next submission. A child that
+exceeds the submission's wall limit is killed; the tests it had finished keep their results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+import uuid
+from typing import Any
+
+from . import protocol, sandbox
+from .proxy import ZygoteClient
+
+GRACE = 15.0
+
+
+class Runner:
+    def __init__(self, init: dict):
+        self.init = init
+        self.zygote_pid = 0
+        self.zygote: ZygoteClient | None = None
+        self.report: dict = {}
+
+    def start_zygote(self) -> None:
+        pid, sock = sandbox.start_zygote(self.init["sandbox"])
+        sock.settimeout(120)
+        ready = protocol.recv(sock)
+        sock.settimeout(None)
+        self.zygote_pid, self.zygote = pid, ZygoteClient(sock)
+        self.report = ready["report"]
+
+    def reset_zygote(self) -> None:
+        """After a child was killed mid-request: resynchronise, or fork a fresh zygote."""
+        try:
+            self.zygote.sock.settimeout(5)
+            self.zygote.kill(None)
+            self.zygote.ping(uuid.uuid4().hex)
+            self.zygote.sock.settimeout(None)
+            return
+        except Exception:
+            pass
+        try:
+            self.zygote.sock.close()
+            os.kill(self.zygote_pid, 9)
+            os.waitpid(self.zygote_pid, 0)
+        except OSError:
+            pass
+        self.start_zygote()
+
+    def pytest_args(self, suite: str) -> list[str]:
+        return [
+            suite,
+            "-c",
+            self.init["ini"],
+            "--rootdir",
+            suite,
+            "--confcutdir",
+            suite,
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:stepwise",
+            "-q",
+            "--assert=plain",
+            "--tb=short",
+            "-o",
+            "python_files=test_*.py",
+        ]
+
+    def run_child(self, context: dict, wall: float) -> dict:
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                import pytest
+
+                from . import plugin
+
+                plugin.CONTEXT.clear()
+                plugin.CONTEXT.update(context)
+                plugin.CONTEXT["zygote"] = self.zygote
+                plugin.CONTEXT["deadline"] = time.monotonic() + wall
+                pytest.main(self.pytest_args(context["suite"]), plugins=[plugin])
+            except BaseException:
+                traceback.print_exc()
+                code = 70
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        deadline = time.monotonic() + wall + GRACE
+        status, timed_out = None, False
+        while status is None:
+            done, raw = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = raw
+            elif time.monotonic() > deadline:
+                os.kill(pid, 9)
+                _, status = os.waitpid(pid, 0)
+                timed_out = True
+            else:
+                time.sleep(0.01)
+        if timed_out or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+            self.reset_zygote()
+        else:
+            self.zygote.kill(None)  # leftovers, if any
+        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+        return {"exit": code, "timed_out": timed_out}
+
+    def handle(self, cmd: dict) -> dict:
+        op = cmd["op"]
+        if op == "collect":
+            context = {"mode": "collect", "suite": cmd["suite"], "manifest_path": cmd["manifest"]}
+            return self.run_child(context, cmd.get("wall", 300.0))
+        if op == "grade":
+            with open(cmd["task"], encoding="utf-8") as f:
+                task = json.load(f)
+            context = {"mode": "grade", **task, **cmd}
+            return self.run_child(context, cmd["wall"])
+        return {"error": f"unknown command {op!r}"}
+
+
+def _preimport() -> None:
+    for name in sandbox.PREIMPORTS:
+        try:
+            __import__(name)
+        except Exception:
+            pass
+
+
+def main() -> int:
+    answer = os.fdopen(os.dup(1), "w", buffering=1)
+    init = json.loads(sys.stdin.readline())
+    log = os.open(init["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    sys.dont_write_bytecode = True
+    _preimport()
+    import torch
+
+    torch.set_num_threads(1)
+    runner = Runner(init)
+    try:
+        runner.start_zygote()
+    except Exception as error:
+        traceback.print_exc()
+        answer.write(json.dumps({"ready": False, "error": f"sandbox failed to start: {error}"}))
+        answer.write("\n")
+        return 1
+    import pytest  # noqa: F401  (warm for the children)
+
+    from . import plugin  # noqa: F401
+
+    answer.write(json.dumps({"ready": True, "report": runner.report}) + "\n")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        cmd: dict[str, Any] = json.loads(line)
+        if cmd.get("op") == "stop":
+            break
+        try:
+            reply = runner.handle(cmd)
+        except Exception as error:
+            traceback.print_exc()
+            reply = {"error": f"{type(error).__name__}: {error}"}
+        answer.write(json.dumps(reply) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
