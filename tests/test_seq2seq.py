@@ -86,6 +86,17 @@ def test_attention_weights_for_heatmaps():
     assert none is None
 
 
+def test_precomputed_keys_equal_the_additive_attention_module():
+    m = model("seq2seq-bahdanau")
+    _, batch = padded_batch()
+    h, c, mask = m.encode(batch["src"], batch["src_lengths"])
+    s = torch.randn(4, SMALL["hidden_dim"])
+    context, weights = m.decoder.attend(s, h, m.decoder.precompute(h), mask)
+    expected_context, expected_weights = m.decoder.attention(s, h, mask=mask)
+    torch.testing.assert_close(context, expected_context)
+    torch.testing.assert_close(weights, expected_weights)
+
+
 def test_fixed_context_decoder_sees_the_source_only_through_c():
     m = model("seq2seq-gru")
     _, batch = padded_batch()

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from course_lib.attention import AdditiveAttention, padding_mask
+from course_lib.attention import AdditiveAttention, masked_softmax, padding_mask
 
 
 @dataclass(frozen=True)
@@ -41,10 +41,10 @@ class Seq2SeqConfig:
 
     src_vocab_size: int = 71
     tgt_vocab_size: int = 15
-    embed_dim: int = 64
-    hidden_dim: int = 128
+    embed_dim: int = 32
+    hidden_dim: int = 64
     attention: bool = True  # Bahdanau attention; False = fixed context c = h_T
-    attention_dim: int = 128  # width of the additive-attention MLP
+    attention_dim: int = 64  # width of the additive-attention MLP
     bidirectional: bool = True
     dropout: float = 0.0
     pad_id: int = 0  # source and target padding id
@@ -94,7 +94,7 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
     """GRU decoder, one step at a time; Bahdanau attention when ``attention_dim`` is given.
 
-    step(y_prev (B,), s_prev (B, S), h (B, T_in, C), mask (B, T_in), c (B, C))
+    step(y_prev (B,), s_prev (B, S), h (B, T_in, C), mask (B, T_in), c (B, C), keys = W_h h)
     -> (logits (B, V), s (B, S), a (B, T_in) or None).
     """
 
@@ -126,13 +126,43 @@ class Decoder(nn.Module):
         """s_0 (B, S) from the final encoder state c (B, C)."""
         return torch.tanh(self.init_state(c))
 
+    def precompute(self, h: Tensor) -> Tensor | None:
+        """W_h h_i for all i (B, T_in, attention_dim), or None without attention.
+
+        It does not depend on the decoder state, so it is computed once per source instead of at
+        every step (as Bahdanau et al. 2015 note in their appendix on the alignment model).
+        """
+        return None if self.attention is None else self.attention.key_proj(h)
+
+    def attend(
+        self, s_prev: Tensor, h: Tensor, keys: Tensor, mask: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """c_t = sum_i a_{t,i} h_i, a_t = softmax_i(v^T tanh(W_s s_{t-1} + W_h h_i)).
+
+        The same as ``self.attention(s_prev, h, mask=mask)`` with W_h h precomputed (``keys``).
+        Returns (c_t (B, C), a_t (B, T_in)).
+        """
+        att = self.attention
+        hidden = torch.tanh(att.query_proj(s_prev)[:, None, :] + keys)  # (B, T_in, attention_dim)
+        e = att.score(hidden).squeeze(-1)  # (B, T_in) alignment scores e_{t,i}
+        a = masked_softmax(e, mask)  # (B, T_in)
+        c = (a[:, None, :] @ h).squeeze(1)  # (B, 1, T_in) @ (B, T_in, C) -> (B, C)
+        return c, a
+
     def step(
-        self, y_prev: Tensor, s_prev: Tensor, h: Tensor, mask: Tensor, c: Tensor
+        self,
+        y_prev: Tensor,
+        s_prev: Tensor,
+        h: Tensor,
+        mask: Tensor,
+        c: Tensor,
+        keys: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor | None]:
         e = self.dropout(self.embedding(y_prev))  # (B, E)
         a = None
         if self.attention is not None:
-            c, a = self.attention(s_prev, h, mask=mask)  # c_t (B, C), a_t (B, T_in)
+            keys = self.precompute(h) if keys is None else keys
+            c, a = self.attend(s_prev, h, keys, mask)  # c_t (B, C), a_t (B, T_in)
         s = self.cell(torch.cat([e, c], dim=-1), s_prev)  # s_t = g(y_{t-1}, s_{t-1}, c_t)
         logits = self.out(self.dropout(torch.cat([s, c, e], dim=-1)))  # (B, V)
         return logits, s, a
@@ -191,9 +221,10 @@ class Seq2Seq(nn.Module):
         (B, T_out, T_in) (None for the fixed-context model)."""
         h, c, mask = self.encode(src, src_lengths)
         s = self.decoder.initial_state(c)  # (B, S)
+        keys = self.decoder.precompute(h)
         all_logits, all_weights = [], []
         for t in range(tgt_in.shape[1]):
-            logits, s, a = self.decoder.step(tgt_in[:, t], s, h, mask, c)
+            logits, s, a = self.decoder.step(tgt_in[:, t], s, h, mask, c, keys)
             all_logits.append(logits)
             all_weights.append(a)
         logits = torch.stack(all_logits, dim=1)  # (B, T_out, V)
@@ -215,11 +246,12 @@ class Seq2Seq(nn.Module):
         cfg = self.config
         h, c, mask = self.encode(src, src_lengths)
         s = self.decoder.initial_state(c)
+        keys = self.decoder.precompute(h)
         y = torch.full((src.shape[0],), cfg.bos_id, dtype=torch.long, device=src.device)  # (B,)
         done = torch.zeros_like(y, dtype=torch.bool)
         tokens, weights = [], []
         for _ in range(max_len):
-            logits, s, a = self.decoder.step(y, s, h, mask, c)
+            logits, s, a = self.decoder.step(y, s, h, mask, c, keys)
             y = logits.argmax(dim=-1).masked_fill(done, cfg.pad_id)  # (B,)
             tokens.append(y)
             weights.append(a)
