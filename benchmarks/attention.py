@@ -6,8 +6,9 @@ sequences" (an RNN, 1-D convolutions, self-attention).
 Run:  .venv/bin/python benchmarks/attention.py            (a few minutes on a 2-core CPU)
       .venv/bin/python benchmarks/attention.py --quick    (seconds; what the test suite runs)
 
-Every time is the median of ``--repeats`` forward+backward steps (course_lib.gpu.time_fn), and every
-ratio compares against a baseline measured in the same run, so the ratios travel across machines.
+Every time is the median of ``--repeats`` forward+backward steps (course_lib.gpu.time_fn), timed in
+interleaved rounds across the compared paths, and every ratio compares against a baseline measured
+in the same run, so the ratios travel across machines.
 
 Peak memory (course_lib.gpu.peak_memory) is the extra memory one forward+backward step needs above
 what was in use before it:
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -66,6 +68,26 @@ def _train_step(
     return lambda: torch.autograd.grad(fn(), list(inputs), dy)
 
 
+def _measure(
+    steps: dict[str, Callable[[], Any]], *, repeats: int, device: torch.device
+) -> dict[str, tuple[float, int]]:
+    """Median ms and peak bytes of each step.
+
+    The steps are timed in interleaved rounds (A, B, C, A, B, C, ...), so a burst of load from
+    other processes slows every entry alike instead of skewing one ratio.
+    """
+    for step in steps.values():
+        step()  # warm-up (lazy initialisation, allocator)
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            times[name].append(time_fn(step, repeats=1, warmup=0, device=device)["median_ms"])
+    return {
+        name: (statistics.median(ms), peak_memory(steps[name], device=device))
+        for name, ms in times.items()
+    }
+
+
 def attention_sweep(
     *,
     lengths: Sequence[int],
@@ -89,27 +111,33 @@ def attention_sweep(
     device = torch.device(device)
     paths = _attention_paths(causal, chunk_size)
     rows = []
-    jobs = [(T, name) for T in lengths for name in paths]
-    for T, name in tqdm(jobs, desc="attention paths", disable=not progress):
+    for T in tqdm(lengths, desc="attention paths", disable=not progress):
         g = torch.Generator().manual_seed(T)
         q, k, v = (
             torch.randn(batch, heads, T, head_dim, generator=g).to(device, dtype).requires_grad_()
             for _ in range(3)
         )  # (B, H, T, D)
         dy = torch.randn(batch, heads, T, head_dim, generator=g).to(device, dtype)
-        row = {"path": name, "T": T, "ms": None, "mem": None, "max_err": None, "note": ""}
         naive_bytes = 6 * batch * heads * T * T * torch.finfo(dtype).bits // 8
-        if name == "naive" and naive_bytes > naive_max_bytes:
-            row["note"] = f"skipped: would need ~{naive_bytes / 2**30:.1f} GiB"
-            rows.append(row)
-            continue
-        fn = paths[name]
-        with torch.no_grad():
-            row["max_err"] = (fn(q, k, v) - paths["sdpa"](q, k, v)).abs().max().item()
-        step = _train_step(lambda fn=fn, q=q, k=k, v=v: fn(q, k, v), (q, k, v), dy)
-        row["ms"] = time_fn(step, repeats=repeats, warmup=1, device=device)["median_ms"]
-        row["mem"] = peak_memory(step, device=device)  # after the warm-up: no lazy-init noise
-        rows.append(row)
+        steps, group = {}, {}
+        for name, fn in paths.items():
+            group[name] = {
+                "path": name,
+                "T": T,
+                "ms": None,
+                "mem": None,
+                "max_err": None,
+                "note": "",
+            }
+            if name == "naive" and naive_bytes > naive_max_bytes:
+                group[name]["note"] = f"skipped: would need ~{naive_bytes / 2**30:.1f} GiB"
+                continue
+            with torch.no_grad():
+                group[name]["max_err"] = (fn(q, k, v) - paths["sdpa"](q, k, v)).abs().max().item()
+            steps[name] = _train_step(lambda fn=fn, q=q, k=k, v=v: fn(q, k, v), (q, k, v), dy)
+        for name, (ms, mem) in _measure(steps, repeats=repeats, device=device).items():
+            group[name].update(ms=ms, mem=mem)
+        rows.extend(group.values())
     _add_ratios(rows, key="path", baseline="sdpa")
     return rows
 
@@ -160,19 +188,18 @@ def mha_comparison(
         "MultiHeadAttention(manual)": (ours_manual, lambda x: ours_manual(x, causal=causal)),
     }
     rows = []
-    jobs = [(T, name) for T in lengths for name in modules]
-    for T, name in tqdm(jobs, desc="MHA modules", disable=not progress):
-        module, forward = modules[name]
+    for T in tqdm(lengths, desc="MHA modules", disable=not progress):
         x = torch.randn(batch, T, embed_dim, generator=torch.Generator().manual_seed(T))
         x = x.to(device, dtype).requires_grad_()
         dy = torch.randn_like(x)
-        inputs = [x, *module.parameters()]
-        step = _train_step(lambda forward=forward, x=x: forward(x), inputs, dy)
-        with torch.no_grad():
-            err = (forward(x) - run_ref(x)).abs().max().item()
-        ms = time_fn(step, repeats=repeats, warmup=1, device=device)["median_ms"]
-        mem = peak_memory(step, device=device)
-        rows.append({"module": name, "T": T, "ms": ms, "mem": mem, "max_err": err})
+        steps, errors = {}, {}
+        for name, (module, forward) in modules.items():
+            with torch.no_grad():
+                errors[name] = (forward(x) - run_ref(x)).abs().max().item()
+            inputs = [x, *module.parameters()]
+            steps[name] = _train_step(lambda forward=forward, x=x: forward(x), inputs, dy)
+        for name, (ms, mem) in _measure(steps, repeats=repeats, device=device).items():
+            rows.append({"module": name, "T": T, "ms": ms, "mem": mem, "max_err": errors[name]})
     _add_ratios(rows, key="module", baseline="nn.MultiheadAttention")
     return rows
 
@@ -235,27 +262,29 @@ def three_ways(
         "Conv1d stack": (_ConvStack(channels), "2 (layers)"),
         "self-attention": (_AttentionBlock(channels), "1 (all pairs at once)"),
     }
-    rows = []
-    jobs = [(T, name) for T in lengths for name in models]
-    for T, name in tqdm(jobs, desc="three ways", disable=not progress):
-        model, sequential = models[name]
+    for model, _ in models.values():
         model.to(device)
+    rows = []
+    for T in tqdm(lengths, desc="three ways", disable=not progress):
         x = torch.randn(batch, T, channels, generator=torch.Generator().manual_seed(T)).to(device)
         x.requires_grad_()
         dy = torch.randn_like(x)
-        step = _train_step(lambda model=model, x=x: model(x), [x, *model.parameters()], dy)
-        ms = time_fn(step, repeats=repeats, warmup=1, device=device)["median_ms"]
-        mem = peak_memory(step, device=device)
-        rows.append(
-            {
-                "model": name,
-                "params": count_parameters(model),
-                "sequential steps": sequential,
-                "T": T,
-                "ms_per_seq": ms / batch,
-                "mem": mem,
-            }
-        )
+        steps = {
+            name: _train_step(lambda model=model, x=x: model(x), [x, *model.parameters()], dy)
+            for name, (model, _) in models.items()
+        }
+        for name, (ms, mem) in _measure(steps, repeats=repeats, device=device).items():
+            model, sequential = models[name]
+            rows.append(
+                {
+                    "model": name,
+                    "params": count_parameters(model),
+                    "sequential steps": sequential,
+                    "T": T,
+                    "ms_per_seq": ms / batch,
+                    "mem": mem,
+                }
+            )
     previous: dict[str, dict[str, Any]] = {}
     for row in rows:
         before = previous.get(row["model"])
@@ -373,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     print(f"\n## Multi-head attention modules, forward+backward, {mha_sizes}")
     modules = mha_comparison(
-        lengths=mha_lengths, repeats=max(repeats, 3), causal=causal, device=device, progress=True,
+        lengths=mha_lengths, repeats=max(repeats, 7), causal=causal, device=device, progress=True,
         **mha_sizes,
     )  # fmt: skip
     print(format_table(modules, ["module", "T", "ms", "speed_vs_base", "mem", "max_err"]))
