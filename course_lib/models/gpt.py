@@ -259,7 +259,8 @@ class GPT(nn.Module):
         for _ in range(max_new_tokens):
             if cache is None:
                 context = idx[:, -self.config.block_size :]
-            logits = self(context, cache=cache)[:, -1, :]  # (B, V)
+            hidden = self.hidden_states(context, cache=cache)[:, -1, :]  # (B, C) last position
+            logits = self.lm_head(hidden)  # (B, V)
             next_id = sample_next_token(
                 logits,
                 temperature=temperature,

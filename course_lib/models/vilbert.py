@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from course_lib.attention import MultiHeadAttention
@@ -98,6 +99,36 @@ def grid_regions(feature_map: Tensor) -> tuple[Tensor, Tensor]:
     x0, y0 = xs.flatten() / w, ys.flatten() / h  # (h*w,) each
     boxes = torch.stack([x0, y0, x0 + 1 / w, y0 + 1 / h, torch.full_like(x0, 1 / (h * w))], -1)
     return regions, boxes.to(feature_map.dtype).expand(B, h * w, 5)
+
+
+def crop_regions(images: Tensor, boxes: Tensor, *, size: int = 8) -> tuple[Tensor, Tensor]:
+    """Per-object regions, as a detector hands them to ViLBERT: crop every box and resize it.
+
+    ``images`` (B, 3, S, S) and pixel ``boxes`` (B, N, 4) as ``(x0, y0, x1, y1)`` with exclusive
+    ends give features (B, N, 3 * size * size), each box sampled bilinearly on a size x size grid
+    of bin centres (RoIAlign with one sample per bin), and 5-d locations (B, N, 5) normalised to
+    [0, 1]. Padded boxes (all zero) give meaningless features; mask them out.
+    """
+    B, N, _ = boxes.shape
+    S_y, S_x = images.shape[-2:]
+    steps = (torch.arange(size, device=images.device, dtype=images.dtype) + 0.5) / size  # (size,)
+    x0, y0, x1, y1 = boxes.to(images.dtype).unbind(-1)  # (B, N) each, in pixels
+    xs = x0[..., None] + steps * (x1 - x0)[..., None]  # (B, N, size) sample columns
+    ys = y0[..., None] + steps * (y1 - y0)[..., None]  # (B, N, size) sample rows
+    grid = torch.stack(  # grid_sample wants (x, y) in [-1, 1], pixel i spanning [i, i + 1)
+        [
+            (2 * xs / S_x - 1)[:, :, None, :].expand(B, N, size, size),
+            (2 * ys / S_y - 1)[:, :, :, None].expand(B, N, size, size),
+        ],
+        dim=-1,
+    )  # (B, N, size, size, 2)
+    crops = F.grid_sample(
+        images.repeat_interleave(N, dim=0), grid.flatten(0, 1), align_corners=False
+    )  # (B * N, 3, size, size)
+    features = crops.reshape(B, N, -1)  # (B, N, 3 * size * size)
+    area = (x1 - x0) * (y1 - y0) / (S_x * S_y)
+    locations = torch.stack([x0 / S_x, y0 / S_y, x1 / S_x, y1 / S_y, area], dim=-1)  # (B, N, 5)
+    return features, locations
 
 
 class ImageEmbeddings(nn.Module):
