@@ -2,10 +2,12 @@
 
 import pytest
 import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from course_lib.data.dates import DateDataset
 from course_lib.models import create
-from course_lib.models.seq2seq import Seq2Seq, Seq2SeqConfig
+from course_lib.models.seq2seq import Seq2Seq, Seq2SeqConfig, reverse_padded
 
 SMALL = dict(embed_dim=16, hidden_dim=24, attention_dim=20)
 
@@ -39,6 +41,36 @@ def test_encoder_final_state_is_last_real_token(bidirectional):
         if bidirectional:
             torch.testing.assert_close(c[b, H:], h[b, 0, H:])  # backward direction: its h_1
         assert (h[b, n:] == 0).all() and mask[b].sum() == n
+
+
+def test_reverse_padded():
+    x = torch.tensor([[1, 2, 3, 0], [4, 5, 0, 0]])
+    lengths = torch.tensor([3, 2])
+    assert reverse_padded(x, lengths).tolist() == [[3, 2, 1, 0], [5, 4, 0, 0]]
+    y = torch.randn(2, 4, 3)
+    assert torch.equal(reverse_padded(reverse_padded(y, lengths), lengths), y)
+
+
+def test_encoder_equals_packed_bidirectional_torch_gru():
+    m = model("seq2seq-bahdanau")
+    _, batch = padded_batch()
+    reference = nn.GRU(
+        SMALL["embed_dim"], SMALL["hidden_dim"], batch_first=True, bidirectional=True
+    )
+    with torch.no_grad():
+        for name, value in m.encoder.rnn.named_parameters():
+            getattr(reference, name).copy_(value)
+        for name, value in m.encoder.rnn_backward.named_parameters():
+            getattr(reference, f"{name}_reverse").copy_(value)
+        x = m.encoder.embedding(batch["src"])
+        packed = pack_padded_sequence(
+            x, batch["src_lengths"], batch_first=True, enforce_sorted=False
+        )
+        out, h_n = reference(packed)
+        expected_h, _ = pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])
+        h, c = m.encoder(batch["src"], batch["src_lengths"])
+    torch.testing.assert_close(h, expected_h)
+    torch.testing.assert_close(c, torch.cat([h_n[0], h_n[1]], dim=-1))
 
 
 @pytest.mark.parametrize("name", ["seq2seq-gru", "seq2seq-bahdanau"])

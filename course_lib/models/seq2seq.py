@@ -30,7 +30,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from course_lib.attention import AdditiveAttention, masked_softmax, padding_mask
 
@@ -59,8 +58,20 @@ class Seq2SeqConfig:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
 
 
+def reverse_padded(x: Tensor, lengths: Tensor) -> Tensor:
+    """Reverse the first ``lengths[b]`` steps of each row of x (B, T, ...); padding stays put.
+
+    ``reverse_padded(reverse_padded(x, n), n) == x``. A left-to-right RNN over the result reads
+    each sequence from its last real token to its first, which is the backward RNN.
+    """
+    t = torch.arange(x.shape[1], device=x.device)[None, :]  # (1, T)
+    n = lengths.to(x.device)[:, None]  # (B, 1)
+    index = torch.where(t < n, n - 1 - t, t)  # (B, T)
+    return x[torch.arange(x.shape[0], device=x.device)[:, None], index]  # (B, T, ...)
+
+
 class Encoder(nn.Module):
-    """Embedding + GRU over the source.
+    """Embedding + GRU over the source (and a second GRU reading it backwards if bidirectional).
 
     forward(src (B, T_in), lengths (B,)) -> (h (B, T_in, C) all states, zero at padding;
     c (B, C) final state: forward h_T, concatenated with backward h_1 if bidirectional).
@@ -79,16 +90,26 @@ class Encoder(nn.Module):
         super().__init__()
         self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=pad_id)
         self.dropout = nn.Dropout(dropout)
-        self.rnn = nn.GRU(embed_dim, hidden_dim, batch_first=True, bidirectional=bidirectional)
+        self.rnn = nn.GRU(embed_dim, hidden_dim, batch_first=True)
+        self.rnn_backward = (
+            nn.GRU(embed_dim, hidden_dim, batch_first=True) if bidirectional else None
+        )
 
     def forward(self, src: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         x = self.dropout(self.embedding(src))  # (B, T_in, E)
-        # Packing makes the GRU stop at each sequence's last real token, so c = h_T, not h_pad.
-        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-        out, h_n = self.rnn(packed)  # h_n (directions, B, hidden)
-        h, _ = pad_packed_sequence(out, batch_first=True, total_length=src.shape[1])  # (B, T_in, C)
-        c = torch.cat(list(h_n), dim=-1)  # (B, C)
-        return h, c
+        # Padding comes last, so a left-to-right GRU's state at a real token has not seen any
+        # padding yet: run it over the padded batch and read h_T at each sequence's last token.
+        h, _ = self.rnn(x)  # (B, T_in, hidden)
+        last = (lengths - 1).to(src.device)
+        rows = torch.arange(src.shape[0], device=src.device)
+        c = h[rows, last]  # (B, hidden) h_T
+        if self.rnn_backward is not None:
+            h_back, _ = self.rnn_backward(reverse_padded(x, lengths))
+            h_back = reverse_padded(h_back, lengths)  # (B, T_in, hidden) back in source order
+            c = torch.cat([c, h_back[:, 0]], dim=-1)  # (B, C) backward h_1 read the whole source
+            h = torch.cat([h, h_back], dim=-1)  # (B, T_in, C)
+        keep = padding_mask(lengths.to(src.device), src.shape[1])  # (B, T_in)
+        return h * keep[:, :, None], c
 
 
 class Decoder(nn.Module):
