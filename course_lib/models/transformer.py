@@ -67,6 +67,14 @@ class TransformerConfig:
             )
 
 
+def _attend(
+    attn: MultiHeadAttention, x: Tensor, memory: Tensor | None, mask: Tensor | None, weights: bool
+) -> tuple[Tensor, Tensor | None]:
+    """attn(x, memory, memory) (memory None: self-attention) -> (output, weights or None)."""
+    out = attn(x, memory, memory, mask=mask, return_weights=weights)
+    return out if weights else (out, None)
+
+
 class EncoderBlock(nn.Module):
     """Self-attention and feed-forward sub-layers, each with a residual connection and LayerNorm.
 
@@ -94,21 +102,16 @@ class EncoderBlock(nn.Module):
         self.norm2 = LayerNorm(d_model, eps=eps)
         self.dropout = nn.Dropout(dropout)
 
-    def _sa(self, x: Tensor, mask: Tensor | None, return_attn: bool) -> tuple[Tensor, Any]:
-        out = self.self_attn(x, mask=mask, return_weights=return_attn)
-        y, w = out if return_attn else (out, None)
-        return self.dropout(y), w
-
     def forward(
         self, x: Tensor, mask: Tensor | None = None, *, return_attn: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
         if self.norm_first:
-            y, w = self._sa(self.norm1(x), mask, return_attn)
-            x = x + y
+            a, w = _attend(self.self_attn, self.norm1(x), None, mask, return_attn)
+            x = x + self.dropout(a)
             x = x + self.ff(self.norm2(x))
         else:
-            y, w = self._sa(x, mask, return_attn)
-            x = self.norm1(x + y)
+            a, w = _attend(self.self_attn, x, None, mask, return_attn)
+            x = self.norm1(x + self.dropout(a))
             x = self.norm2(x + self.ff(x))
         return (x, w) if return_attn else x
 
@@ -143,19 +146,6 @@ class DecoderBlock(nn.Module):
         self.norm3 = LayerNorm(d_model, eps=eps)
         self.dropout = nn.Dropout(dropout)
 
-    def _sa(self, y: Tensor, mask: Tensor | None, return_attn: bool) -> tuple[Tensor, Any]:
-        out = self.self_attn(y, mask=mask, return_weights=return_attn)
-        out, w = out if return_attn else (out, None)
-        return self.dropout(out), w
-
-    def _ca(
-        self, y: Tensor, memory: Tensor, mask: Tensor | None, return_attn: bool
-    ) -> tuple[Tensor, Any]:
-        # queries from the decoder, keys and values from the encoder output
-        out = self.cross_attn(y, memory, memory, mask=mask, return_weights=return_attn)
-        out, w = out if return_attn else (out, None)
-        return self.dropout(out), w
-
     def forward(
         self,
         y: Tensor,
@@ -165,17 +155,18 @@ class DecoderBlock(nn.Module):
         *,
         return_attn: bool = False,
     ) -> Tensor | tuple[Tensor, tuple[Tensor, Tensor]]:
+        # cross-attention: queries from the decoder, keys and values from the encoder output
         if self.norm_first:
-            a, w_self = self._sa(self.norm1(y), self_mask, return_attn)
-            y = y + a
-            a, w_cross = self._ca(self.norm2(y), memory, memory_mask, return_attn)
-            y = y + a
+            a, w_self = _attend(self.self_attn, self.norm1(y), None, self_mask, return_attn)
+            y = y + self.dropout(a)
+            a, w_cross = _attend(self.cross_attn, self.norm2(y), memory, memory_mask, return_attn)
+            y = y + self.dropout(a)
             y = y + self.ff(self.norm3(y))
         else:
-            a, w_self = self._sa(y, self_mask, return_attn)
-            y = self.norm1(y + a)
-            a, w_cross = self._ca(y, memory, memory_mask, return_attn)
-            y = self.norm2(y + a)
+            a, w_self = _attend(self.self_attn, y, None, self_mask, return_attn)
+            y = self.norm1(y + self.dropout(a))
+            a, w_cross = _attend(self.cross_attn, y, memory, memory_mask, return_attn)
+            y = self.norm2(y + self.dropout(a))
             y = self.norm3(y + self.ff(y))
         return (y, (w_self, w_cross)) if return_attn else y
 
