@@ -21,6 +21,7 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import inspect
+import os
 import sys
 import types
 from typing import Any
@@ -135,6 +136,7 @@ class Detector:
         self.function_names: dict[str, str] = {}
         self.classes: list[tuple[type, str]] = []
         self.codes: dict[types.CodeType, str] = {}
+        self.files: dict[str, str] = {}  # source file or package folder -> spec
         for spec in specs:
             if spec.startswith("aten::"):
                 continue
@@ -148,6 +150,10 @@ class Detector:
         if isinstance(obj, types.ModuleType):
             if depth:
                 return
+            origin = getattr(obj, "__file__", None)
+            if origin:  # catches functions of submodules imported later, too
+                is_package = hasattr(obj, "__path__")
+                self.files[os.path.dirname(origin) + os.sep if is_package else origin] = spec
             prefix = obj.__name__
             modules = [
                 m
@@ -223,14 +229,20 @@ class Detector:
 
             handle = torch.nn.modules.module.register_module_forward_pre_hook(pre_hook)
             self._stack.append(("hook", handle))
-        if self.codes:
-            codes = self.codes
+        if self.codes or self.files:
+            codes, files = self.codes, self.files
+            prefixes = tuple(files)
+            seen: set[types.CodeType] = set()
 
             def profiler(frame, event, arg):
-                if event == "call":
-                    spec = codes.get(frame.f_code)
+                if event == "call" and frame.f_code not in seen:
+                    code = frame.f_code
+                    spec = codes.get(code)
+                    if spec is None and prefixes and code.co_filename.startswith(prefixes):
+                        spec = next(v for k, v in files.items() if code.co_filename.startswith(k))
                     if spec is not None:
-                        detector._record(_code_name(frame.f_code), spec)
+                        seen.add(code)
+                        detector._record(_code_name(code), spec)
 
             self._stack.append(("profile", sys.getprofile()))
             sys.setprofile(profiler)
@@ -260,5 +272,8 @@ def _qualname(func: Any) -> str:
 
 
 def _code_name(code: types.CodeType) -> str:
+    for name, module in list(sys.modules.items()):
+        if getattr(module, "__file__", None) == code.co_filename:
+            return f"{name}.{getattr(code, 'co_qualname', code.co_name)}"
     module = inspect.getmodulename(code.co_filename) or code.co_filename
-    return f"{module}.{code.co_qualname}" if hasattr(code, "co_qualname") else code.co_name
+    return f"{module}.{getattr(code, 'co_qualname', code.co_name)}"

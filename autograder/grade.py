@@ -166,7 +166,10 @@ def prepare(sub: Submission, release: dict[str, list[Cell]]) -> tuple[dict, dict
         if sub.error:
             break
         if path is None:
-            reasons.append(f"missing: {name} was not submitted")
+            found = ", ".join(p.name for p in sub.files[:5])
+            reasons.append(
+                f"missing: {name} was not submitted" + (f" (found: {found})" if found else "")
+            )
             continue
         try:
             read = read_notebook(path)

@@ -22,6 +22,8 @@ Failures surface as exceptions whose messages are meant for the student: :class:
 
 from __future__ import annotations
 
+import os
+import select
 import signal
 import socket
 import time
@@ -78,6 +80,10 @@ SIGNAL_REASONS = {
     signal.SIGABRT: "aborted",
     signal.SIGBUS: "crashed (bus error)",
 }
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+WALL_FACTOR, WALL_SLACK = 3.0, 5.0  # a call may wait (sleep, block) at most 3 x timeout + 5 s
 
 
 class ZygoteClient:
@@ -186,22 +192,54 @@ class WorkerSession:
         self.zygote.kill(pid)
         return WorkerDied(f"{reason}: the worker running your code stopped responding")
 
+    def _cpu_seconds(self) -> float:
+        """CPU time (user + system, all threads) the worker has used so far."""
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
+    def _wait(self, cpu_limit: float, wall_limit: float) -> str | None:
+        """Wait for the reply; "cpu" or "wall" once the call used ``cpu_limit`` CPU seconds or
+        ``wall_limit`` wall seconds (CPU time keeps the limit fair on a busy machine)."""
+        start_cpu, start = self._cpu_seconds(), time.monotonic()
+        while True:
+            readable, _, _ = select.select([self.sock], [], [], 0.05)
+            if readable:
+                return None
+            if time.monotonic() - start > wall_limit:
+                return "wall"
+            if self._cpu_seconds() - start_cpu > cpu_limit:
+                return "cpu"
+
     def _exchange(self, msg: dict, timeout: float) -> dict:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise WorkerDied("the submission's total time limit was exceeded")
-        limit = min(timeout, remaining)
-        self.sock.settimeout(limit)
+        wall = min(WALL_FACTOR * timeout + WALL_SLACK, remaining)
         try:
+            self.sock.settimeout(60)
             protocol.send(self.sock, msg)
+            exceeded = self._wait(timeout, wall)
+            if exceeded:
+                raise TimeoutError(exceeded)
             reply = protocol.recv(self.sock)
-        except TimeoutError:
+        except TimeoutError as error:
             pid = self.pid
             self.zygote.kill(pid)
             self.sock.close()
             self.pid, self.sock = None, None
+            if time.monotonic() >= self.deadline:
+                raise WorkerDied("the submission's total time limit was exceeded") from None
+            if error.args == ("wall",):
+                raise CallTimeout(
+                    f"your code did not finish within {wall:g} s (waiting or sleeping?)"
+                ) from None
             raise CallTimeout(
-                f"your code did not finish within {limit:.1f} s (an infinite loop, or too slow)"
+                f"your code did not finish within {timeout:g} s of CPU time (an infinite loop, "
+                "or far too slow)"
             ) from None
         except (EOFError, ConnectionError, OSError):
             raise self._dead("the call did not complete") from None

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import ctypes
 import errno
+import gc
 import io
 import linecache
 import os
@@ -54,9 +55,12 @@ MIN_ADDRESS_SPACE = 4 * 1024**3
 PREIMPORTS = (
     "math", "random", "itertools", "functools", "collections", "dataclasses", "typing",
     "numbers", "string", "re", "copy", "warnings", "enum", "numpy", "torch", "torch.nn",
-    "torch.nn.functional", "torch.overrides", "torch.utils._python_dispatch", "course_lib",
+    "torch.nn.functional", "torch.overrides", "torch.utils._python_dispatch", "torch.optim",
+    "torch._dynamo",  # creating an optimizer imports it: ~2 s once here, not in every worker
+    "course_lib",
     "course_lib.attention", "course_lib.layers", "course_lib.positional", "course_lib.masking",
-    "course_lib.checks", "course_lib.data", "course_lib.gpu",
+    "course_lib.checks", "course_lib.data", "course_lib.gpu", "course_lib.models",
+    "course_lib.vision",
 )  # fmt: skip
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -150,37 +154,68 @@ def start_zygote(config: dict) -> tuple[int, socket.socket]:
 
 
 def _zygote_setup(config: dict) -> dict:
-    """Namespaces and masks; returns the containment report."""
-    report = {"network": "", "filesystem": "", "uid": "", "namespace": False}
+    """Namespaces, masks and the uid check; returns the containment report."""
+    report: dict[str, Any] = {"net_ns": False, "mount_ns": False, "use_uid": False}
     want = config.get("mode", "auto")
+    errors = []
     if want != "fallback":
         try:
-            unshare(CLONE_NEWNS | CLONE_NEWNET)
-            mount("none", "/", None, MS_REC | MS_PRIVATE, None)
-            report["namespace"] = True
+            unshare(CLONE_NEWNET)
+            report["net_ns"] = True
         except OSError as error:
-            report["namespace_error"] = str(error)
-            if want == "namespace":
-                raise
-    if report["namespace"]:
-        masked = []
-        for path in config.get("hide", []):
-            if os.path.isdir(path):
-                flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
-                mount("tmpfs", path, "tmpfs", flags, "size=4k,mode=000")
-                masked.append(path)
-        report["network"] = "network namespace (no interfaces up)"
-        report["filesystem"] = f"mount namespace, {len(masked)} hidden folders masked, private /tmp"
-    else:
-        why = report.get("namespace_error", "disabled by --sandbox fallback")
-        report["network"] = f"socket creation blocked (no network namespace: {why})"
-        report["filesystem"] = "audit hook (writes outside the work folder, hidden folders)"
-    use_uid = report["namespace"] and os.geteuid() == 0 and config.get("drop_uid", True)
-    report["uid"] = (
-        f"per-worker uid from {config['uid_base']}" if use_uid else f"unchanged ({os.geteuid()})"
+            errors.append(str(error))
+        try:
+            unshare(CLONE_NEWNS)
+            mount("none", "/", None, MS_REC | MS_PRIVATE, None)
+            masked = 0
+            for path in config.get("hide", []):
+                if os.path.isdir(path):
+                    flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+                    mount("tmpfs", path, "tmpfs", flags, "size=4k,mode=000")
+                    masked += 1
+            report["mount_ns"] = True
+            report["masked"] = masked
+        except OSError as error:
+            errors.append(str(error))
+        if want == "namespace" and not (report["net_ns"] and report["mount_ns"]):
+            raise OSError(f"namespaces are not available: {'; '.join(errors)}")
+    why = "; ".join(errors) or "disabled by --sandbox fallback"
+    report["network"] = (
+        "network namespace (no interfaces up)"
+        if report["net_ns"]
+        else f"socket creation blocked (no network namespace: {why})"
     )
-    report["use_uid"] = use_uid
+    report["filesystem"] = (
+        f"mount namespace, {report['masked']} hidden folders masked, private /tmp"
+        if report["mount_ns"]
+        else f"audit hook only (writes outside the work folder, hidden folders; {why})"
+    )
+    if report["mount_ns"] and os.geteuid() == 0 and config.get("drop_uid", True):
+        report["use_uid"] = _can_drop(config["uid_base"])
+    report["uid"] = (
+        f"per-worker uid from {config['uid_base']}"
+        if report["use_uid"]
+        else f"unchanged ({os.geteuid()})"
+    )
     return report
+
+
+def _can_drop(uid: int) -> bool:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            drop_to_uid(uid)
+            code = 0
+        except BaseException:
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def _public(report: dict) -> dict:
+    keys = ("network", "filesystem", "uid", "net_ns", "mount_ns", "use_uid")
+    return {k: v for k, v in report.items() if k in keys}
 
 
 def _zygote_main(sock: socket.socket, config: dict) -> None:
@@ -196,6 +231,7 @@ def _zygote_main(sock: socket.socket, config: dict) -> None:
     import torch
 
     torch.set_num_threads(1)
+    gc.freeze()
     workers: dict[int, dict] = {}  # pid -> {"uid", "status"}
     finished: dict[int, dict] = {}
     counter = 0
@@ -259,10 +295,6 @@ def _zygote_main(sock: socket.socket, config: dict) -> None:
     _reap(workers, finished, config)
 
 
-def _public(report: dict) -> dict:
-    return {k: v for k, v in report.items() if k in ("network", "filesystem", "uid", "namespace")}
-
-
 def _wait_readable(sock: socket.socket, timeout: float) -> bool:
     import select
 
@@ -320,14 +352,16 @@ def _worker_main(sock: socket.socket, config: dict, report: dict, uid: int | Non
     _close_fds({sock.fileno()})
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if report["namespace"]:
-        unshare(CLONE_NEWNS)
-        for private in ("/tmp", "/dev/shm"):
-            if os.path.isdir(private):
-                mount("tmpfs", private, "tmpfs", MS_NOSUID | MS_NODEV, "size=256m,mode=1777")
-        cwd = "/tmp/submission"
-    else:
-        cwd = os.path.join(config["scratch"], f"w{os.getpid()}")
+    cwd = os.path.join(config["scratch"], f"w{os.getpid()}")
+    if report["mount_ns"]:
+        try:
+            unshare(CLONE_NEWNS)
+            for private in ("/tmp", "/dev/shm"):
+                if os.path.isdir(private):
+                    mount("tmpfs", private, "tmpfs", MS_NOSUID | MS_NODEV, "size=256m,mode=1777")
+            cwd = "/tmp/submission"
+        except OSError:
+            pass
     os.makedirs(cwd, mode=0o700, exist_ok=True)
     limits = config["limits"]
     address = max(MIN_ADDRESS_SPACE, int(limits.get("address_space", MIN_ADDRESS_SPACE)))
@@ -367,7 +401,7 @@ def _worker_main(sock: socket.socket, config: dict, report: dict, uid: int | Non
 
     torch.set_num_threads(1)
     hidden = [os.path.realpath(p) for p in config.get("hide", [])]
-    _install_audit_hook(cwd, hidden, block_sockets=not report["namespace"])
+    _install_audit_hook(cwd, hidden, block_sockets=not report["net_ns"])
     Server(sock, cwd).serve()
 
 

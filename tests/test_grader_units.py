@@ -1,0 +1,316 @@
+"""The grader's trusted-side pieces, in-process: reading, extraction, static scan, wire format,
+dispatch-level detection and seeds. No sandbox is started here (see test_grader_sandbox.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autograder import protocol
+from autograder.forbid import Detector, expand, validate
+from autograder.notebook import (
+    Cell,
+    CodeChunk,
+    NotebookError,
+    assemble,
+    extract,
+    read_notebook,
+    strip_magics,
+)
+from autograder.plugin import derive_seed
+from autograder.scan import forbidden_hits, scan
+
+
+def _chunk(source: str, origin: str = "student") -> CodeChunk:
+    return CodeChunk("cell 1 (x)", source, origin)
+
+
+def _scan(*sources: str, provided: str = ""):
+    chunks = ([_chunk(provided, "release")] if provided else []) + [_chunk(s) for s in sources]
+    return scan([extract(c)[0] for c in chunks])
+
+
+# -- reading -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "data, needle",
+    [
+        (b"", "empty"),
+        (b'{"cells": [', "invalid JSON at line 1"),
+        (b"\x89PNG\r\n\x1a\nrest", "PNG image"),
+        (b"%PDF-1.4", "PDF"),
+        (b"[1, 2]", "not an object"),
+        (json.dumps({"nbformat": 3, "worksheets": []}).encode(), "format 3"),
+        (json.dumps({"nbformat": 4}).encode(), "no list of cells"),
+    ],
+)
+def test_unreadable_notebooks_get_a_reason(tmp_path, data, needle):
+    path = tmp_path / "nb.ipynb"
+    path.write_bytes(data)
+    with pytest.raises(NotebookError, match=needle):
+        read_notebook(path)
+    assert path.read_bytes() == data  # never modified
+
+
+def test_missing_and_oversized_notebooks(tmp_path):
+    with pytest.raises(NotebookError, match="missing"):
+        read_notebook(tmp_path / "absent.ipynb")
+    big = tmp_path / "big.ipynb"
+    big.write_bytes(b"{" + b" " * 2000 + b"}")
+    with pytest.raises(NotebookError, match="over the"):
+        read_notebook(big, max_bytes=1000)
+
+
+def test_non_utf8_is_decoded_with_a_note_and_hashed(tmp_path):
+    nb = {"nbformat": 4, "cells": [{"cell_type": "code", "source": "x = 'caf\u00e9'"}]}
+    raw = json.dumps(nb, ensure_ascii=False).encode().replace("é".encode(), b"\xe9")
+    path = tmp_path / "nb.ipynb"
+    path.write_bytes(raw)
+    result = read_notebook(path)
+    assert "not valid UTF-8" in result.notes[0]
+    assert result.cells[0].source.startswith("x = 'caf")
+    import hashlib
+
+    assert result.sha256 == hashlib.sha256(raw).hexdigest()
+
+
+# -- matching against the release --------------------------------------------------------------
+
+
+def _cell(i, source, gid=None, **flags):
+    meta = {"grade_id": gid, **flags} if gid else {}
+    return Cell(i, "code", source, meta)
+
+
+def test_assemble_uses_release_code_for_read_only_cells_and_skips_checks():
+    release = [
+        _cell(0, "import math", "imports", locked=True),
+        _cell(1, "def f():\n    raise NotImplementedError", "f", solution=True),
+        _cell(2, "assert f() == 1", "check_f", grade=True, locked=True, points=1),
+    ]
+    student = [
+        _cell(0, "import os  # edited", "imports", locked=True),
+        _cell(1, "def f():\n    return 1", "f", solution=True),
+        _cell(2, "pass", "check_f", grade=True, locked=True, points=1),
+        _cell(3, "def helper():\n    return 2"),
+    ]
+    chunks, notes = assemble(student, release)
+    assert [c.source for c in chunks] == [
+        "import math",
+        "def f():\n    return 1",
+        "def helper():\n    return 2",
+    ]
+    assert [c.origin for c in chunks] == ["release", "student", "student"]
+    assert any("'check_f' was edited" in n for n in notes)
+    assert any("'imports' was edited" in n for n in notes)
+
+
+def test_assemble_restores_deleted_read_only_cells_and_notes_missing_and_duplicates():
+    release = [
+        _cell(0, "import math", "imports", locked=True),
+        _cell(1, "def f(): ...", "f", solution=True),
+        _cell(2, "def g(): ...", "g", solution=True),
+        _cell(3, "check()", "check", grade=True, points=1),
+    ]
+    student = [_cell(0, "def f(): return 1", "f", solution=True)] * 2
+    chunks, notes = assemble(student, release)
+    assert chunks[0].source == "import math" and chunks[0].origin == "release"
+    text = "\n".join(notes)
+    assert "'g' is missing" in text and "'check' is missing" in text
+    assert "more than once" in text and "'imports' was deleted" in text
+
+
+# -- extraction -------------------------------------------------------------------------------
+
+
+def test_extract_keeps_definitions_and_constants_and_drops_the_rest():
+    source = "\n".join(
+        [
+            "import torch",
+            "%matplotlib inline",
+            "!pip install x",
+            "EPS = 1e-6",
+            "SIZES = (1, 2)",
+            "DEVICE = torch.device('cpu')",
+            "act = lambda x: x.relu()",
+            "fast = torch.nn.functional.softmax",
+            "model = torch.nn.Linear(2, 2)",
+            "torch.allclose = lambda *a, **k: True",
+            "for _ in range(10**9):",
+            "    pass",
+            "def f(x):",
+            "    return x + EPS",
+            "class C:",
+            "    pass",
+            "if __name__ == '__main__':",
+            "    f(1)",
+            "try:",
+            "    import numpy as np",
+            "except ImportError:",
+            "    np = None",
+        ]
+    )
+    ex, notes = extract(_chunk(source))
+    kept = [type(ex.tree.body[i]).__name__ for i in range(len(ex.tree.body))]
+    assert kept == ["Import", "Assign", "Assign", "Assign", "Assign", "Assign",
+                    "FunctionDef", "ClassDef", "Try"]  # fmt: skip
+    dropped = "\n".join(ex.dropped)
+    assert "and 1 more" in notes[0]
+    for text in ("model = torch.nn.Linear", "torch.allclose", "for _ in range", "if __name__"):
+        assert text in dropped
+    assert "pass" in ex.source.split("\n")[1]  # magics become `pass`, line numbers kept
+
+
+def test_cell_magics_and_syntax_errors():
+    assert strip_magics("%%bash\necho hi")[0] is None
+    assert strip_magics("%%time\nx = 1")[0] == "\nx = 1"
+    ex, notes = extract(_chunk("def f(:\n    pass"))
+    assert ex is None and "syntax error at line 1" in notes[0]
+
+
+# -- static scan ------------------------------------------------------------------------------
+
+
+def test_scan_resolves_aliases_to_forbidden_calls():
+    code = "import torch.nn.functional as F\nfast = F.scaled_dot_product_attention\n"
+    code += "def attention(q, k, v):\n    return fast(q, k, v)\n"
+    hits = forbidden_hits(_scan(code), ["sdpa"])
+    assert hits and "torch.nn.functional.scaled_dot_product_attention" in hits[0]
+    hits = forbidden_hits(_scan("from torch import nn\nm = nn.MultiheadAttention"), ["sdpa"])
+    assert not hits
+    mha = _scan("from torch import nn\ndef f():\n    return nn.MultiheadAttention(4, 2)")
+    assert forbidden_hits(mha, ["multihead_attention"])
+    ops = _scan(
+        "import torch\ndef f(q):\n"
+        "    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, q, q)"
+    )
+    assert forbidden_hits(ops, ["sdpa"])
+
+
+def test_scan_does_not_flag_a_students_own_function_with_a_forbidden_name():
+    code = (
+        'def scaled_dot_product_attention(q, k, v):\n    """like scaled_dot_product_attention"""\n'
+    )
+    code += "    return q\n\ndef g(q):\n    return scaled_dot_product_attention(q, q, q)\n"
+    assert not forbidden_hits(_scan(code), ["sdpa", "course_lib"])
+
+
+def test_scan_flags_module_references_and_getattr_strings():
+    result = _scan("from course_lib.attention import scaled_dot_product_attention as ref")
+    assert forbidden_hits(result, ["course_lib"])
+    result = _scan(
+        "import torch\ndef f(q):\n"
+        "    return getattr(torch.nn.functional, 'scaled_dot_product_attention')(q, q, q)"
+    )
+    assert forbidden_hits(result, ["sdpa"])
+    result = _scan("def f(self):\n    return getattr(self, 'attention')")
+    assert not forbidden_hits(result, ["course_lib", "sdpa"])
+
+
+def test_scan_reports_tampering_but_not_provided_code():
+    for code, needle in [
+        ("import torch\ndef f():\n    torch.allclose = lambda *a, **k: True", "torch.allclose"),
+        ("def f():\n    import autograder\n    return autograder", "autograder"),
+        ("import sys\ndef f():\n    return sys.modules", "sys.modules"),
+        ("import torch\ndef f():\n    setattr(torch, 'allclose', None)", "setattr"),
+        ("class M:\n    def __torch_function__(self, *a):\n        pass", "__torch_function__"),
+        ("def f():\n    return __builtins__", "__builtins__"),
+    ]:
+        assert any(needle in t for t in _scan(code).tampering), code
+    provided = "from course_lib.checks import check_close\nimport ctypes"
+    assert not _scan("x = 1", provided=provided).tampering
+    assert not forbidden_hits(_scan("x = 1", provided=provided), ["course_lib"])
+
+
+def test_forbid_specs_expand_and_validate():
+    assert "aten::*scaled_dot_product*" in expand(["sdpa"])
+    assert validate(["sdpa", "torch.nn.MultiheadAttention", "aten::x*"]) == []
+    assert validate(["not a name!"])
+
+
+# -- dispatch-level detection (in-process) -----------------------------------------------------
+
+
+def test_detector_sees_sdpa_through_any_alias():
+    q = torch.randn(1, 2, 3, 4)
+    fn = getattr(F, "scaled_dot" + "_product_attention")
+    with Detector(expand(["sdpa"])) as d:
+        fn(q, q, q)
+    assert d.violations and "scaled_dot_product_attention" in d.violations[0]
+    with Detector(expand(["sdpa"])) as d:
+        torch.softmax(q @ q.transpose(-2, -1), dim=-1) @ q
+    assert d.violations == []
+
+
+def test_detector_sees_multihead_attention_and_python_functions_in_modules():
+    mha = nn.MultiheadAttention(8, 2, batch_first=True)
+    x = torch.randn(1, 3, 8)
+    with Detector(expand(["multihead_attention"])) as d:
+        mha(x, x, x)
+    assert any("MultiheadAttention" in v for v in d.violations)
+    import importlib
+
+    hidden = importlib.import_module("course_" + "lib.checks.attention")
+    with Detector(expand(["course_lib"])) as d:
+        hidden._attention(x, x, x)
+    assert any("course_lib.checks" in v for v in d.violations)
+
+
+# -- the wire format ---------------------------------------------------------------------------
+
+
+def test_plain_data_round_trip_and_handles():
+    import numpy as np
+
+    class Thing:
+        pass
+
+    kept = []
+
+    def keep(obj):
+        kept.append(obj)
+        return protocol.remote_marker(len(kept), obj)
+
+    big = torch.arange(1000.0)
+    value = {"t": big[:3], "n": np.arange(3), "s": np.float32(2.5), "thing": Thing(), "l": [1, "a"]}
+    plain = protocol.to_plain(value, keep)
+    back = protocol.loads(protocol.dumps(plain))
+    assert back["t"].untyped_storage().nbytes() == 3 * 4  # views are compacted
+    assert torch.equal(back["n"], torch.arange(3)) and back["s"] == 2.5
+    assert protocol.is_remote_marker(back["thing"]) and kept == [value["thing"]]
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_arbitrary_pickles_are_refused():
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    buffer = io.BytesIO()
+    pickle.dump(Evil(), buffer)
+    with pytest.raises(protocol.ProtocolError):
+        protocol.loads(buffer.getvalue())
+    buffer = io.BytesIO()
+    torch.save({"x": Evil()}, buffer)
+    with pytest.raises(protocol.ProtocolError):
+        protocol.loads(buffer.getvalue())
+
+
+def test_seeds_depend_on_assignment_student_and_test_only():
+    a = derive_seed("", "a1", "alice", "test_x.py::test_y")
+    assert a == derive_seed("", "a1", "alice", "test_x.py::test_y")
+    others = {
+        derive_seed("", "a1", "bob", "test_x.py::test_y"),
+        derive_seed("", "a2", "alice", "test_x.py::test_y"),
+        derive_seed("", "a1", "alice", "test_x.py::test_z"),
+        derive_seed("salt", "a1", "alice", "test_x.py::test_y"),
+    }
+    assert a not in others and len(others) == 4
