@@ -34,6 +34,7 @@ __all__ = [
     "CaptionConfig",
     "ConvGridEncoder",
     "ShowAttendTell",
+    "box_cell_mask",
     "caption_loss",
     "doubly_stochastic_penalty",
     "greedy_decode",
@@ -45,7 +46,7 @@ __all__ = [
 class CaptionConfig:
     """Hyper-parameters of the RNN-attention captioner (defaults: the synthetic scenes)."""
 
-    vocab_size: int = 20  # len(course_lib.data.scenes.scene_vocab())
+    vocab_size: int = 19  # len(course_lib.data.scenes.scene_vocab())
     in_channels: int = 3
     channels: int = 64  # C, width of the CNN and of each annotation vector h_{i,j}
     cnn_layers: int = 3  # each halves the resolution: a 32x32 image gives a 4x4 grid
@@ -63,6 +64,8 @@ class CaptionConfig:
 class ConvGridEncoder(nn.Module):
     """Small CNN: image ``(B, C_in, H, W)`` -> feature grid ``(B, C, H / 2^n, W / 2^n)``.
 
+    ``n`` times (3x3 convolution, ReLU, 2x2 max-pool), then one more 3x3 convolution and ReLU.
+
     Two coordinate channels (x and y in [-1, 1]) are appended to the input ("CoordConv",
     Liu et al. 2018) so every grid cell knows where it is; without them the decoder could tell
     *what* it attends to but not *where*, and could not say "left of".
@@ -75,14 +78,11 @@ class ConvGridEncoder(nn.Module):
         layers: list[nn.Module] = []
         c_in = in_channels + 2
         for _ in range(num_layers):
-            layers += [
-                nn.Conv2d(c_in, channels, kernel_size=3, padding=1),
-                nn.ReLU(),
-                nn.Conv2d(channels, channels, kernel_size=3, padding=1),
-                nn.ReLU(),
-                nn.MaxPool2d(2),
-            ]
+            layers += [nn.Conv2d(c_in, channels, kernel_size=3, padding=1), nn.ReLU()]
+            layers += [nn.MaxPool2d(2)]
             c_in = channels
+        # One more convolution at grid resolution widens each cell's receptive field.
+        layers += [nn.Conv2d(channels, channels, kernel_size=3, padding=1), nn.ReLU()]
         self.in_channels = in_channels
         self.num_layers = num_layers
         self.net = nn.Sequential(*layers)
@@ -125,6 +125,23 @@ def doubly_stochastic_penalty(attn: Tensor, mask: Tensor | None = None) -> Tenso
     if mask is not None:
         attn = attn * mask[:, :, None, None].to(attn.dtype)
     return ((1.0 - attn.sum(dim=1)) ** 2).flatten(1).sum(dim=1).mean()
+
+
+def box_cell_mask(boxes: Tensor, *, grid_size: tuple[int, int], image_size: int) -> Tensor:
+    """Which grid cells have their centre inside each box.
+
+    boxes ``(..., 4)`` as ``(x0, y0, x1, y1)`` pixels, ``x1``/``y1`` exclusive (the scenes' boxes);
+    grid_size ``(Hg, Wg)`` over a square image of ``image_size`` pixels -> bool ``(..., Hg, Wg)``.
+    An attention map "lands on" an object when its arg-max cell is True here; the mean of the
+    mask is the chance rate of a uniformly random peak.
+    """
+    Hg, Wg = grid_size
+    ys = (torch.arange(Hg, device=boxes.device, dtype=boxes.dtype) + 0.5) * (image_size / Hg)
+    xs = (torch.arange(Wg, device=boxes.device, dtype=boxes.dtype) + 0.5) * (image_size / Wg)
+    x0, y0, x1, y1 = (boxes[..., i, None] for i in range(4))  # (..., 1) each
+    inside_x = (x0 <= xs) & (xs < x1)  # (..., Wg)
+    inside_y = (y0 <= ys) & (ys < y1)  # (..., Hg)
+    return inside_y[..., :, None] & inside_x[..., None, :]  # (..., Hg, Wg)
 
 
 StepFn = Callable[[Tensor], tuple[Tensor, Tensor | None]]

@@ -4,7 +4,8 @@ The encoder-decoder Transformer of Vaswani et al., 2017 ("Attention Is All You N
 the source sentence replaced by an image: the ``Hg x Wg`` grid of CNN features (the same encoder as
 ``course_lib.models.captioning``, Xu et al. 2015) is projected to ``d_model`` and used as the memory
 that every decoder block reads through cross-attention (queries from the caption, keys and values
-from the grid cells). Captions are generated greedily, one word at a time, under a causal mask.
+from the grid cells). The decoder blocks are ``course_lib.models.transformer.DecoderBlock`` in
+its pre-norm form. Captions are generated greedily, one word at a time, under a causal mask.
 
 Shape legend: ``B`` batch, ``T`` caption tokens, ``C`` model width (``d_model``), ``H`` heads,
 ``Hg x Wg`` the feature grid, ``L = Hg * Wg`` grid cells, ``V`` vocabulary.
@@ -19,26 +20,27 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from course_lib.attention import MultiHeadAttention, causal_mask
-from course_lib.layers import FeedForward, LayerNorm
+from course_lib.attention import causal_mask
+from course_lib.layers import LayerNorm
 from course_lib.models import captioning as _captioning
 from course_lib.models.captioning import ConvGridEncoder, greedy_decode
+from course_lib.models.transformer import DecoderBlock
 
-__all__ = ["TransformerCaptionConfig", "CaptionDecoderBlock", "TransformerCaptioner", "PRESETS"]
+__all__ = ["TransformerCaptionConfig", "TransformerCaptioner", "PRESETS"]
 
 
 @dataclass(frozen=True)
 class TransformerCaptionConfig:
     """Hyper-parameters of the transformer captioner (defaults: the synthetic scenes)."""
 
-    vocab_size: int = 20  # len(course_lib.data.scenes.scene_vocab())
+    vocab_size: int = 19  # len(course_lib.data.scenes.scene_vocab())
     in_channels: int = 3
     channels: int = 64  # width of the CNN grid before the projection to d_model
     cnn_layers: int = 3  # a 32x32 image gives a 4x4 grid
     d_model: int = 64
-    n_heads: int = 4
-    n_layers: int = 2
-    ff_dim: int = 256
+    num_heads: int = 4
+    num_layers: int = 2  # decoder blocks
+    d_ff: int = 256
     max_len: int = 20  # longest caption (EOS included); also the size of the position table
     dropout: float = 0.0
     fused: bool = True  # fused scaled_dot_product_attention when no weights are requested
@@ -47,46 +49,14 @@ class TransformerCaptionConfig:
     eos_id: int = 2
 
 
-class CaptionDecoderBlock(nn.Module):
-    """Pre-norm decoder block: causal self-attention, cross-attention to the grid, feed-forward."""
-
-    def __init__(
-        self, *, d_model: int, n_heads: int, ff_dim: int, dropout: float = 0.0, fused: bool = True
-    ) -> None:
-        super().__init__()
-        self.ln_1 = LayerNorm(d_model)
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, fused=fused)
-        self.ln_2 = LayerNorm(d_model)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, fused=fused)
-        self.ln_3 = LayerNorm(d_model)
-        self.mlp = FeedForward(d_model, ff_dim, dropout=dropout)
-
-    def forward(
-        self, x: Tensor, memory: Tensor, *, mask: Tensor, return_attn: bool = False
-    ) -> Tensor | tuple[Tensor, Tensor]:
-        """x ``(B, T, C)``, memory ``(B, L, C)``, mask ``(T, T)`` bool keep -> ``(B, T, C)``.
-
-        With ``return_attn`` also the cross-attention weights ``(B, H, T, L)``.
-        """
-        x = x + self.self_attn(self.ln_1(x), mask=mask)
-        h = self.ln_2(x)
-        if return_attn:
-            context, weights = self.cross_attn(h, memory, memory, return_weights=True)
-        else:
-            context, weights = self.cross_attn(h, memory, memory), None
-        x = x + context
-        x = x + self.mlp(self.ln_3(x))
-        return (x, weights) if return_attn else x
-
-
 class TransformerCaptioner(nn.Module):
     """CNN grid encoder + transformer decoder with cross-attention; greedy decoding."""
 
     def __init__(self, *, config: TransformerCaptionConfig) -> None:
         super().__init__()
-        if config.d_model % config.n_heads:
+        if config.d_model % config.num_heads:
             raise ValueError(
-                f"d_model ({config.d_model}) must be divisible by n_heads ({config.n_heads})"
+                f"d_model ({config.d_model}) must be divisible by num_heads ({config.num_heads})"
             )
         self.config = config
         self.encoder = ConvGridEncoder(
@@ -97,15 +67,19 @@ class TransformerCaptioner(nn.Module):
         self.wte = nn.Embedding(config.vocab_size, config.d_model)
         self.wpe = nn.Embedding(config.max_len, config.d_model)
         self.drop = nn.Dropout(config.dropout)
+        # Pre-norm blocks of course_lib.models.transformer: causal self-attention,
+        # cross-attention to the grid, feed-forward.
         self.blocks = nn.ModuleList(
-            CaptionDecoderBlock(
+            DecoderBlock(
                 d_model=config.d_model,
-                n_heads=config.n_heads,
-                ff_dim=config.ff_dim,
+                num_heads=config.num_heads,
+                d_ff=config.d_ff,
                 dropout=config.dropout,
+                activation="gelu",
+                norm_first=True,
                 fused=config.fused,
             )
-            for _ in range(config.n_layers)
+            for _ in range(config.num_layers)
         )
         self.ln_f = LayerNorm(config.d_model)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size)
@@ -136,9 +110,9 @@ class TransformerCaptioner(nn.Module):
         weights = None
         for i, block in enumerate(self.blocks):
             if return_attn and i == len(self.blocks) - 1:
-                x, weights = block(x, memory, mask=mask, return_attn=True)
+                x, (_, weights) = block(x, memory, self_mask=mask, return_attn=True)
             else:
-                x = block(x, memory, mask=mask)
+                x = block(x, memory, self_mask=mask)
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)
         if not return_attn:
             return logits
@@ -213,8 +187,8 @@ TINY: dict[str, object] = {
     "channels": 8,
     "cnn_layers": 1,
     "d_model": 16,
-    "n_heads": 2,
-    "n_layers": 1,
-    "ff_dim": 32,
+    "num_heads": 2,
+    "num_layers": 1,
+    "d_ff": 32,
 }
 example_batch = _captioning.example_batch
