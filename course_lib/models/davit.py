@@ -14,7 +14,9 @@ blocks, each a spatial block followed by a channel block (Fig. 2 and 3 of the pa
   attention and before the MLP of every block.
 
 Stages are joined by downsampling (LayerNorm, then a 2x2 stride-2 convolution); the stem is a 7x7
-stride-4 convolution and LayerNorm. Presets ``davit-t``, ``davit-s`` and ``davit-b`` have 28.3M,
+stride-4 convolution and LayerNorm. Maps not divisible by the window are zero-padded on the bottom
+and right before window attention and cropped afterwards (as in the authors' code), so any input
+size works. Presets ``davit-t``, ``davit-s`` and ``davit-b`` have 28.3M,
 49.7M and 87.9M parameters (Table 1 of the paper).
 
 Shape legend: ``B`` batch, ``H x W`` feature map, ``N = H * W`` tokens, ``C`` channels, ``G``
@@ -269,20 +271,20 @@ PRESETS: dict[str, Callable[..., nn.Module]] = {
         num_heads=(4, 8, 16, 32),
         num_groups=(4, 8, 16, 32),
         drop_path_rate=0.4,
-    ),  # fmt: skip
-    # Tiny models for the sklearn digits (1 x 8 x 8) and for tests.
+    ),
+    # Tiny models for the sklearn digits (upsampled to 1 x 16 x 16: a 4x4 token map) and for tests.
     "davit-digits": _preset(
-        image_size=8,
-        patch_size=1,
+        image_size=16,
+        patch_size=4,
         in_channels=1,
         num_classes=10,
         embed_dims=(32, 64),
         depths=(1, 1),
         num_heads=(2, 4),
         num_groups=(2, 4),
-        window_size=4,
+        window_size=2,
         drop_path_rate=0.0,
-    ),  # fmt: skip
+    ),
     "davit-tiny": _preset(
         image_size=16,
         patch_size=2,
@@ -294,7 +296,7 @@ PRESETS: dict[str, Callable[..., nn.Module]] = {
         num_groups=(2, 2),
         window_size=2,
         drop_path_rate=0.0,
-    ),  # fmt: skip
+    ),
 }
 
 # Overrides that make every preset tiny (the generic model test in tests/test_models_generic.py).

@@ -366,18 +366,18 @@ PRESETS: dict[str, Callable[..., nn.Module]] = {
     "swin-b": _preset(
         embed_dim=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32), drop_path_rate=0.5
     ),
-    # Tiny models for the sklearn digits (1 x 8 x 8) and for tests.
+    # Tiny models for the sklearn digits (upsampled to 1 x 16 x 16: a 4x4 token map) and for tests.
     "swin-digits": _preset(
-        image_size=8,
-        patch_size=1,
+        image_size=16,
+        patch_size=4,
         in_channels=1,
         num_classes=10,
         embed_dim=32,
         depths=(2, 2),
         num_heads=(2, 4),
-        window_size=4,
+        window_size=2,
         drop_path_rate=0.0,
-    ),  # fmt: skip
+    ),
     "swin-tiny": _preset(
         image_size=16,
         patch_size=2,
@@ -388,7 +388,7 @@ PRESETS: dict[str, Callable[..., nn.Module]] = {
         num_heads=(1, 2),
         window_size=2,
         drop_path_rate=0.0,
-    ),  # fmt: skip
+    ),
 }
 
 # Overrides that make every preset tiny (the generic model test in tests/test_models_generic.py).

@@ -307,17 +307,17 @@ PRESETS: dict[str, Callable[..., nn.Module]] = {
     "vit-b/16": _preset(),
     "vit-l/16": _preset(dim=1024, depth=24, num_heads=16, mlp_dim=4096),
     "vit-h/14": _preset(patch_size=14, dim=1280, depth=32, num_heads=16, mlp_dim=5120),
-    # Tiny models for the sklearn digits (1 x 8 x 8) and for tests.
+    # Tiny models for the sklearn digits (upsampled to 1 x 16 x 16: 4x4 patches) and for tests.
     "vit-digits": _preset(
-        image_size=8,
-        patch_size=2,
+        image_size=16,
+        patch_size=4,
         in_channels=1,
         num_classes=10,
-        dim=64,
+        dim=48,
         depth=4,
-        num_heads=4,
-        mlp_dim=128,
-    ),  # fmt: skip
+        num_heads=3,
+        mlp_dim=96,
+    ),
     "vit-tiny": _preset(
         image_size=16,
         patch_size=4,
@@ -327,7 +327,7 @@ PRESETS: dict[str, Callable[..., nn.Module]] = {
         depth=2,
         num_heads=2,
         mlp_dim=64,
-    ),  # fmt: skip
+    ),
 }
 
 # Overrides that make every preset tiny (the generic model test in tests/test_models_generic.py).
