@@ -29,9 +29,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    model = create("gpt2", n_layer=6, n_embd=384, n_head=6).eval()
+    model = create("gpt2", n_layer=4, n_embd=256, n_head=4).eval()
     print(
-        f"model: gpt2 preset with n_layer=6, n_embd=384, n_head=6 "
+        f"model: gpt2 preset with n_layer=4, n_embd=256, n_head=4 "
         f"({count_parameters(model) / 1e6:.1f}M parameters), CPU, {args.threads} thread(s)"
     )
 
@@ -39,12 +39,12 @@ def main() -> None:
     for B in args.batch_sizes:
         prompt = torch.randint(model.config.vocab_size, (B, args.prompt))
 
-        def run(use_cache: bool, prompt=prompt) -> torch.Tensor:
-            return model.generate(prompt, args.new_tokens, greedy=True, use_cache=use_cache)
+        def run(use_cache: bool, prompt=prompt, n=args.new_tokens) -> torch.Tensor:
+            return model.generate(prompt, n, greedy=True, use_cache=use_cache)
 
-        assert torch.equal(run(True), run(False)), "cached and uncached generations differ"
+        assert torch.equal(run(True, n=32), run(False, n=32)), "cached != uncached generation"
         times = {
-            use_cache: time_fn(lambda u=use_cache: run(u), repeats=args.repeats, warmup=1)[
+            use_cache: time_fn(lambda u=use_cache: run(u), repeats=args.repeats, warmup=0)[
                 "median_ms"
             ]
             for use_cache in (False, True)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Literal, NamedTuple
 
 import torch
@@ -348,9 +348,19 @@ def from_hf_bert(hf_model: nn.Module) -> nn.Module:
     return model.to(dtype=next(hf_model.parameters()).dtype).train(hf_model.training)
 
 
+def _check_overrides(config, overrides: dict) -> dict:
+    unknown = sorted(set(overrides) - {f.name for f in fields(config)})
+    if unknown:
+        raise TypeError(
+            f"unknown {type(config).__name__} field(s) {unknown}; valid fields: "
+            f"{', '.join(f.name for f in fields(config))}"
+        )
+    return overrides
+
+
 def _preset(config: BertConfig, cls: type[nn.Module] = BertModel) -> Callable[..., nn.Module]:
     def build(**overrides) -> nn.Module:
-        return cls(config=replace(config, **overrides))
+        return cls(config=replace(config, **_check_overrides(config, overrides)))
 
     build.__doc__ = f"{cls.__name__} with {config}; keyword arguments override config fields."
     return build

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Literal
 
 import torch
@@ -364,9 +364,19 @@ def from_hf_gpt2(hf_model: nn.Module) -> GPT:
     return model.to(dtype=dtype).train(hf_model.training)
 
 
+def _check_overrides(config, overrides: dict) -> dict:
+    unknown = sorted(set(overrides) - {f.name for f in fields(config)})
+    if unknown:
+        raise TypeError(
+            f"unknown {type(config).__name__} field(s) {unknown}; valid fields: "
+            f"{', '.join(f.name for f in fields(config))}"
+        )
+    return overrides
+
+
 def _preset(config: GPTConfig) -> Callable[..., GPT]:
     def build(**overrides) -> GPT:
-        return GPT(config=replace(config, **overrides))
+        return GPT(config=replace(config, **_check_overrides(config, overrides)))
 
     build.__doc__ = f"GPT with {config}; keyword arguments override config fields."
     return build

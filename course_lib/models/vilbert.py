@@ -20,7 +20,7 @@ feature size, ``C`` text channels, ``Cv`` image channels, ``Cb`` pooled (bi-moda
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
 import torch
@@ -295,9 +295,19 @@ class ConvGridEncoder(nn.Module):
         return grid_regions(self.net(images))  # (B, R, F), (B, R, 5)
 
 
+def _check_overrides(config, overrides: dict) -> dict:
+    unknown = sorted(set(overrides) - {f.name for f in fields(config)})
+    if unknown:
+        raise TypeError(
+            f"unknown {type(config).__name__} field(s) {unknown}; valid fields: "
+            f"{', '.join(f.name for f in fields(config))}"
+        )
+    return overrides
+
+
 def _preset(config: ViLBertConfig) -> Callable[..., ViLBert]:
     def build(**overrides) -> ViLBert:
-        return ViLBert(config=replace(config, **overrides))
+        return ViLBert(config=replace(config, **_check_overrides(config, overrides)))
 
     build.__doc__ = f"ViLBert with {config}; keyword arguments override config fields."
     return build
