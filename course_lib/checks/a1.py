@@ -73,7 +73,9 @@ def _call(fn: Callable[..., Any], *args: Any, what: str, hint: str = "", **kwarg
     try:
         return fn(*args, **kwargs)
     except NotImplementedError:
-        raise CheckFailed(f"{what} is not implemented yet (it raises NotImplementedError)") from None
+        raise CheckFailed(
+            f"{what} is not implemented yet (it raises NotImplementedError)"
+        ) from None
     except CheckFailed:
         raise
     except Exception as error:  # noqa: BLE001 (any error of the student's code is reported)
@@ -112,7 +114,9 @@ def check_encoder(encoder_cls: type[nn.Module], *, seed: int = 0) -> None:
     _need(enc, "embedding", nn.Embedding, "Encoder")
     _need(enc, "rnn", nn.GRU, "Encoder")
     if not enc.rnn.bidirectional or not enc.rnn.batch_first:
-        raise CheckFailed("keep the given self.rnn = nn.GRU(..., batch_first=True, bidirectional=True)")
+        raise CheckFailed(
+            "keep the given self.rnn = nn.GRU(..., batch_first=True, bidirectional=True)"
+        )
     ref = seq2seq.Encoder(vocab_size=V, embed_dim=E, hidden_dim=H, bidirectional=True)
     ref.load_state_dict(reference_encoder_state(enc.state_dict()))
     g = torch.Generator().manual_seed(seed)
@@ -196,8 +200,10 @@ def check_masked_softmax(fn: Callable[[Tensor, Tensor], Tensor], *, seed: int = 
     a = _call(fn, e, mask, what="masked_softmax(e, mask)")
     expected = _masked_softmax(e, mask)
     if isinstance(a, Tensor) and a.shape == e.shape and torch.isnan(a).any():
-        raise CheckFailed("masked_softmax gives NaN: fill masked scores with -inf (or the dtype's "
-                          "minimum) BEFORE the softmax, and make fully masked rows zeros")  # fmt: skip
+        raise CheckFailed(
+            "masked_softmax gives NaN: fill masked scores with -inf (or the dtype's minimum) "
+            "BEFORE the softmax, and make fully masked rows zeros"
+        )
     check_close(a, expected, name="masked_softmax(e, mask)", dims=("B", "T"), mistakes={
         "the mask is applied after the softmax: the weights of the real tokens no longer sum "
         "to 1. Fill the masked scores with -inf before the softmax": e.softmax(-1) * mask,
@@ -218,8 +224,14 @@ def check_masked_softmax(fn: Callable[[Tensor, Tensor], Tensor], *, seed: int = 
     check_close(a, _masked_softmax(e, empty), name="masked_softmax with a fully masked row")
     big = e * 1000
     a = _call(fn, big, mask, what="masked_softmax(1000 * e, mask)")
-    check_close(a, _masked_softmax(big, mask), name="masked_softmax(1000 * e, mask)", mistakes={
-        "large scores overflow: use torch.softmax, which subtracts the row maximum": big.exp()})
+    check_close(
+        a,
+        _masked_softmax(big, mask),
+        name="masked_softmax(1000 * e, mask)",
+        mistakes={
+            "large scores overflow: use torch.softmax, which subtracts the row maximum": big.exp()
+        },
+    )
     passed("masked_softmax is right (masking before the softmax, empty rows, large scores)")
 
 
@@ -293,8 +305,9 @@ def check_decoder_step(decoder_cls: type[nn.Module], *, seed: int = 0) -> None:
     V, E, S, C, A = 9, 4, 5, 6, 7
     kwargs = dict(vocab_size=V, embed_dim=E, hidden_dim=S, context_dim=C, attention_dim=A)
     dec = _call(decoder_cls, **kwargs, what="AttentionDecoder(...)")
-    for name, kind in (("embedding", nn.Embedding), ("init_state", nn.Linear),
-                       ("attention", nn.Module), ("cell", nn.GRUCell), ("out", nn.Linear)):  # fmt: skip
+    parts = {"embedding": nn.Embedding, "init_state": nn.Linear, "attention": nn.Module,
+             "cell": nn.GRUCell, "out": nn.Linear}  # fmt: skip
+    for name, kind in parts.items():
         _need(dec, name, kind, "AttentionDecoder")
     ref = seq2seq.Decoder(**kwargs)
     ref.load_state_dict(dec.state_dict())
@@ -310,12 +323,27 @@ def check_decoder_step(decoder_cls: type[nn.Module], *, seed: int = 0) -> None:
             raise CheckFailed("AttentionDecoder.forward should return (logits, s, a)")
         logits, s_new, a = out
         ref_logits, ref_s, ref_a = ref.step(y, s, h, mask, torch.zeros(3, C))
-        check_close(a, ref_a, name="the attention weights a_t", dims=("B", "T"), mistakes={
-            "attention uses the new state s_t; Bahdanau attends with the previous state "
-            "s_{t-1}, before the GRU step": _manual_step(dec, y, s, h, mask, query="new")[2]})
-        check_close(s_new, ref_s, name="the new state s_t", dims=("B", "S"), mistakes={
-            "the GRU cell's input is [c_t; e] instead of [e; c_t] (embedding first)":
-                _manual_step(dec, y, s, h, mask, cell_order="ce")[1]})
+        check_close(
+            a,
+            ref_a,
+            name="the attention weights a_t",
+            dims=("B", "T"),
+            mistakes={
+                "attention uses the new state s_t; Bahdanau attends with the previous state "
+                "s_{t-1}, before the GRU step": _manual_step(dec, y, s, h, mask, query="new")[2]
+            },
+        )
+        check_close(
+            s_new,
+            ref_s,
+            name="the new state s_t",
+            dims=("B", "S"),
+            mistakes={
+                "the GRU cell's input is [c_t; e] instead of [e; c_t] (embedding first)": (
+                    _manual_step(dec, y, s, h, mask, cell_order="ce")[1]
+                )
+            },
+        )
         check_close(logits, ref_logits, name="the logits", dims=("B", "V"), mistakes={
             "the output layer's input is not [s_t; c_t; e] in this order": _manual_step(
                 dec, y, s, h, mask, out_order="esc")[0]})  # fmt: skip
