@@ -165,3 +165,5 @@ def test_bad_inputs_have_clear_errors():
         m(torch.tensor([5, 6]), torch.tensor([[1]]))
     with pytest.raises(ValueError, match="dropout"):
         Seq2SeqConfig(dropout=1.5)
+    with pytest.raises(TypeError, match="unknown Seq2SeqConfig field.*hidden_dim"):
+        create("seq2seq-gru", hidden_size=8)

@@ -297,3 +297,5 @@ def test_bad_inputs_have_clear_errors():
         tiny(num_heads=3)
     with pytest.raises(ValueError, match="beam_size"):
         model.beam_search(src, beam_size=0)
+    with pytest.raises(TypeError, match="unknown TransformerConfig field.*d_model"):
+        create("transformer-tiny", n_layer=2)

@@ -24,7 +24,7 @@ dim (hidden_dim, times 2 if bidirectional), S decoder state dim (hidden_dim), V 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import torch
@@ -298,6 +298,10 @@ def _stack_weights(weights: list[Tensor | None]) -> Tensor | None:
 
 def _preset(config: Seq2SeqConfig) -> Callable[..., Seq2Seq]:
     def build(**overrides: Any) -> Seq2Seq:
+        valid = [f.name for f in fields(config)]
+        unknown = sorted(set(overrides) - set(valid))
+        if unknown:
+            raise TypeError(f"unknown Seq2SeqConfig field(s) {unknown}; valid: {', '.join(valid)}")
         return Seq2Seq(config=replace(config, **overrides))
 
     build.__doc__ = f"Seq2Seq with {config}; keyword arguments override config fields."

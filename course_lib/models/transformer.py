@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 import torch
@@ -399,6 +399,12 @@ class Transformer(nn.Module):
 
 def _preset(config: TransformerConfig) -> Callable[..., Transformer]:
     def build(**overrides: Any) -> Transformer:
+        valid = [f.name for f in fields(config)]
+        unknown = sorted(set(overrides) - set(valid))
+        if unknown:
+            raise TypeError(
+                f"unknown TransformerConfig field(s) {unknown}; valid: {', '.join(valid)}"
+            )
         return Transformer(config=replace(config, **overrides))
 
     build.__doc__ = f"Transformer with {config}; keyword arguments override config fields."
