@@ -138,6 +138,18 @@ def test_teacher_forced_loss_decreases_on_a_tiny_batch(name, overrides):
     assert losses[-1] < 0.3 * losses[0], losses[::5]
 
 
+def test_precomputed_keys_give_the_same_attention_as_additive_attention():
+    model = _build("caption-rnn-attn", SMALL_RNN)
+    images, _ = _inputs()
+    annotations, _ = model.encode(images)  # (B, L, C)
+    s_prev = torch.randn(3, SMALL_RNN["hidden_dim"])
+    keys = model.attention.key_proj(annotations)
+    z, alpha = model.attend(s_prev, annotations, keys)
+    z_ref, alpha_ref = model.attention(s_prev, annotations)
+    torch.testing.assert_close(alpha, alpha_ref)
+    torch.testing.assert_close(z, z_ref)
+
+
 def test_transformer_captioner_is_causal_and_fused_matches_manual():
     model = _build("caption-transformer", SMALL_TRANSFORMER)
     images, tokens = _inputs()

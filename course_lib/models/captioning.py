@@ -49,7 +49,7 @@ class CaptionConfig:
     vocab_size: int = 19  # len(course_lib.data.scenes.scene_vocab())
     in_channels: int = 3
     channels: int = 64  # C, width of the CNN and of each annotation vector h_{i,j}
-    cnn_layers: int = 3  # each halves the resolution: a 32x32 image gives a 4x4 grid
+    cnn_layers: int = 2  # each halves the resolution: a 32x32 image gives an 8x8 grid
     embed_dim: int = 32  # E
     hidden_dim: int = 128  # S
     attention_dim: int = 64  # hidden size of f_att
@@ -78,8 +78,8 @@ class ConvGridEncoder(nn.Module):
         layers: list[nn.Module] = []
         c_in = in_channels + 2
         for _ in range(num_layers):
-            layers += [nn.Conv2d(c_in, channels, kernel_size=3, padding=1), nn.ReLU()]
-            layers += [nn.MaxPool2d(2)]
+            conv = nn.Conv2d(c_in, channels, kernel_size=3, padding=1)
+            layers += [conv, nn.ReLU(), nn.MaxPool2d(2)]
             c_in = channels
         # One more convolution at grid resolution widens each cell's receptive field.
         layers += [nn.Conv2d(channels, channels, kernel_size=3, padding=1), nn.ReLU()]
@@ -224,16 +224,37 @@ class ShowAttendTell(nn.Module):
             return h
         return h, torch.tanh(self.init_c(mean))
 
+    def attend(self, s_prev: Tensor, annotations: Tensor, keys: Tensor) -> tuple[Tensor, Tensor]:
+        """z_t = sum_ij alpha_{t,i,j} h_{i,j} with alpha_t = softmax(v^T tanh(W_s s_{t-1} + W_h h)).
+
+        The same as ``self.attention(s_prev, annotations)``, with ``keys = W_h h`` ``(B, L, A)``
+        computed once per image (it does not depend on the step). Returns z ``(B, C)``, alpha
+        ``(B, L)``.
+        """
+        att = self.attention
+        hidden = torch.tanh(att.query_proj(s_prev)[:, None, :] + keys)  # (B, L, A)
+        e = att.score(hidden).squeeze(-1)  # (B, L) scores e_{t,i,j}
+        alpha = torch.softmax(e, dim=-1)  # (B, L)
+        z = (alpha[:, None, :] @ annotations).squeeze(1)  # (B, 1, L) @ (B, L, C) -> (B, C)
+        return z, alpha
+
     def step(
-        self, word: Tensor, state: Tensor | tuple[Tensor, Tensor], annotations: Tensor
+        self,
+        word: Tensor,
+        state: Tensor | tuple[Tensor, Tensor],
+        annotations: Tensor,
+        keys: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | tuple[Tensor, Tensor], Tensor]:
         """One decoder step.
 
-        word ``(B,)`` previous token ``y_{t-1}``; state ``s_{t-1}``; annotations ``(B, L, C)``.
-        Returns logits ``(B, V)``, the new state ``s_t`` and attention weights ``alpha_t (B, L)``.
+        word ``(B,)`` previous token ``y_{t-1}``; state ``s_{t-1}``; annotations ``(B, L, C)``;
+        keys ``W_h h (B, L, A)`` (computed here if None). Returns logits ``(B, V)``, the new state
+        ``s_t`` and attention weights ``alpha_t (B, L)``.
         """
+        if keys is None:
+            keys = self.attention.key_proj(annotations)
         s_prev = state[0] if isinstance(state, tuple) else state  # (B, S)
-        z, alpha = self.attention(s_prev, annotations)  # (B, C), (B, L)
+        z, alpha = self.attend(s_prev, annotations, keys)  # (B, C), (B, L)
         z = torch.sigmoid(self.f_beta(s_prev)) * z  # gating scalar beta_t
         y_prev = self.embed(word)  # (B, E)
         state = self.rnn(torch.cat([y_prev, z], dim=-1), state)
@@ -254,10 +275,11 @@ class ShowAttendTell(nn.Module):
                 f"tokens must be (B, T) with B = {images.shape[0]}, got {tuple(tokens.shape)}"
             )
         annotations, (Hg, Wg) = self.encode(images)
+        keys = self.attention.key_proj(annotations)  # (B, L, A), the same at every step
         state = self.init_state(annotations)
         logits, alphas = [], []
         for t in range(tokens.shape[1]):
-            step_logits, state, alpha = self.step(tokens[:, t], state, annotations)
+            step_logits, state, alpha = self.step(tokens[:, t], state, annotations, keys)
             logits.append(step_logits)
             alphas.append(alpha)
         logits_bt = torch.stack(logits, dim=1)  # (B, T, V)
@@ -273,11 +295,12 @@ class ShowAttendTell(nn.Module):
         """Greedy captions ``(B, T)`` (no BOS; EOS, then padding); attention ``(B, T, Hg, Wg)``."""
         cfg = self.config
         annotations, (Hg, Wg) = self.encode(images)
+        keys = self.attention.key_proj(annotations)  # (B, L, A)
         state = self.init_state(annotations)
 
         def step(prefix: Tensor) -> tuple[Tensor, Tensor]:
             nonlocal state
-            logits, state, alpha = self.step(prefix[:, -1], state, annotations)
+            logits, state, alpha = self.step(prefix[:, -1], state, annotations, keys)
             return logits, alpha
 
         tokens, attn = greedy_decode(

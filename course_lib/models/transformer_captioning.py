@@ -36,7 +36,7 @@ class TransformerCaptionConfig:
     vocab_size: int = 19  # len(course_lib.data.scenes.scene_vocab())
     in_channels: int = 3
     channels: int = 64  # width of the CNN grid before the projection to d_model
-    cnn_layers: int = 3  # a 32x32 image gives a 4x4 grid
+    cnn_layers: int = 2  # a 32x32 image gives an 8x8 grid
     d_model: int = 64
     num_heads: int = 4
     num_layers: int = 2  # decoder blocks
