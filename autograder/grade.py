@@ -232,7 +232,6 @@ class RunnerPool:
         for i in range(n):
             config = json.loads(json.dumps(init))
             config["log"] = str(run_dir / f"runner{i}.log")
-            config["sandbox"]["uid_base"] = 52000 + 1000 * i
             config["sandbox"]["scratch"] = tempfile.mkdtemp(prefix=f"ag-scratch{i}-")
             config["sandbox"]["log"] = str(run_dir / f"zygote{i}.log")
             proc = subprocess.Popen(

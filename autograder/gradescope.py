@@ -42,7 +42,7 @@ PY="${{AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}}"
 [ -x "$PY" ] || PY=python3
 mkdir -p "$ROOT/results"
 cd "$ROOT/source"
-"$PY" -m autograder grade {assignment} --course-dir "$ROOT/source" \\
+"$PY" -m autograder --course-dir "$ROOT/source" grade {assignment} \\
   --submissions "$ROOT/submission" --student submission --no-gradebook --jobs 1 \\
   --out "$ROOT/results/grader" --gradescope "$ROOT/results/results.json"
 status=$?

@@ -43,6 +43,20 @@ class Runner:
         self.zygote_pid, self.zygote = pid, ZygoteClient(sock)
         self.report = ready["report"]
 
+    def stop_zygote(self) -> None:
+        """Close the control socket (the zygote then kills its workers and exits) and reap it."""
+        try:
+            self.zygote.sock.close()
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                if os.waitpid(self.zygote_pid, os.WNOHANG)[0]:
+                    return
+                time.sleep(0.01)
+            os.kill(self.zygote_pid, 9)
+            os.waitpid(self.zygote_pid, 0)
+        except OSError:
+            pass
+
     def reset_zygote(self) -> None:
         """After a child was killed mid-request: resynchronise, or fork a fresh zygote."""
         try:
@@ -156,6 +170,9 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(1)
+    if os.geteuid() == 0 and init["sandbox"].get("mode") != "fallback":
+        claimed = sandbox.claim_uid_block()  # held (locked) until this runner exits
+        init["sandbox"]["uid_base"] = claimed[0] if claimed else None
     runner = Runner(init)
     try:
         runner.start_zygote()
@@ -188,6 +205,7 @@ def main() -> int:
             traceback.print_exc()
             reply = {"error": f"{type(error).__name__}: {error}"}
         answer.write(json.dumps(reply) + "\n")
+    runner.stop_zygote()
     return 0
 
 

@@ -128,6 +128,66 @@ def _devnull_stdio() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# Worker uids: a block per runner, claimed with a lock so concurrent grading runs never share one
+# ---------------------------------------------------------------------------------------------
+
+UID_FIRST, UID_BLOCK, UID_BLOCKS = 40000, 64, 300
+SLOT_DIR = "/tmp/autograder-uid-slots"
+
+
+def _uids_in_use() -> set[int]:
+    used = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/status") as f:
+                    for line in f:
+                        if line.startswith("Uid:"):
+                            used.update(int(u) for u in line.split()[1:])
+                            break
+            except OSError:
+                continue
+    return used
+
+
+def claim_uid_block() -> tuple[int, int] | None:
+    """(first uid, lock fd) of a free block of UID_BLOCK uids: no account, no process, and no
+    other grading runner holding it. The lock lasts as long as this process."""
+    import fcntl
+    import pwd
+
+    try:
+        os.makedirs(SLOT_DIR, mode=0o700, exist_ok=True)
+    except OSError:
+        return None
+    used = _uids_in_use()
+    for slot in range(UID_BLOCKS):
+        first = UID_FIRST + slot * UID_BLOCK
+        block = range(first, first + UID_BLOCK)
+        if used.intersection(block):
+            continue
+        fd = os.open(os.path.join(SLOT_DIR, f"{slot}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        accounts = False
+        for uid in block:
+            try:
+                pwd.getpwuid(uid)
+                accounts = True
+                break
+            except KeyError:
+                pass
+        if accounts:
+            os.close(fd)
+            continue
+        return first, fd
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
 # Zygote
 # ---------------------------------------------------------------------------------------------
 
@@ -190,8 +250,8 @@ def _zygote_setup(config: dict) -> dict:
         if report["mount_ns"]
         else f"audit hook only (writes outside the work folder, hidden folders; {why})"
     )
-    if report["mount_ns"] and os.geteuid() == 0 and config.get("drop_uid", True):
-        report["use_uid"] = _can_drop(config["uid_base"])
+    if report["mount_ns"] and config.get("uid_base") and config.get("drop_uid", True):
+        report["use_uid"] = os.geteuid() == 0 and _can_drop(config["uid_base"])
     report["uid"] = (
         f"per-worker uid from {config['uid_base']}"
         if report["use_uid"]
@@ -251,7 +311,7 @@ def _zygote_main(sock: socket.socket, config: dict) -> None:
         op = msg.get("op")
         if op == "spawn":
             counter += 1
-            uid = config["uid_base"] + counter % config.get("uid_span", 1000)
+            uid = (config.get("uid_base") or 0) + counter % UID_BLOCK
             theirs, ours = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             pid = os.fork()
             if pid == 0:
@@ -277,7 +337,8 @@ def _zygote_main(sock: socket.socket, config: dict) -> None:
             protocol.send(sock, finished.get(pid, {"running": pid in workers}))
         elif op == "kill":
             for pid in list(workers) if msg.get("pid") is None else [msg["pid"]]:
-                _kill_worker(pid, workers.get(pid))
+                if pid in workers:  # never signal a reaped pid: it may belong to someone else
+                    _kill_worker(pid, workers[pid])
             deadline = time.monotonic() + 2.0
             while time.monotonic() < deadline and (
                 msg.get("pid") in workers if msg.get("pid") is not None else workers
@@ -291,8 +352,10 @@ def _zygote_main(sock: socket.socket, config: dict) -> None:
             protocol.send(sock, {"error": f"unknown op {op!r}"})
     for pid in list(workers):
         _kill_worker(pid, workers[pid])
-    time.sleep(0.05)
-    _reap(workers, finished, config)
+    deadline = time.monotonic() + 2.0
+    while workers and time.monotonic() < deadline:
+        _reap(workers, finished, config)
+        time.sleep(0.005)
 
 
 def _wait_readable(sock: socket.socket, timeout: float) -> bool:
@@ -302,8 +365,10 @@ def _wait_readable(sock: socket.socket, timeout: float) -> bool:
     return bool(readable)
 
 
-def _kill_worker(pid: int, info: dict | None) -> None:
-    for target in (-pid, pid):
+def _kill_worker(pid: int | None, info: dict | None) -> None:
+    """Kill a worker that has not been reaped yet (``pid``) and, with a per-worker uid, every
+    process running as that uid (whatever the worker started)."""
+    for target in (-pid, pid) if pid else ():
         try:
             os.kill(target, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -334,7 +399,7 @@ def _reap(workers: dict, finished: dict, config: dict) -> None:
         else:
             finished[pid] = {"exitcode": os.WEXITSTATUS(status)}
         if info and info.get("uid"):
-            _kill_worker(pid, info)
+            _kill_worker(None, info)  # the pid is reaped: only its uid is still safe to target
         scratch = config.get("scratch")
         if scratch:
             shutil.rmtree(os.path.join(scratch, f"w{pid}"), ignore_errors=True)

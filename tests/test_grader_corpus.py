@@ -59,9 +59,11 @@ def _digest(folder: Path) -> dict[str, tuple[str, float]]:
     }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: xdist may interleave modules on a worker
 def graded(tmp_path_factory):
-    root = corpus.make_course(tmp_path_factory.mktemp("course"))
+    root = corpus.make_course(
+        tmp_path_factory.mktemp("course"), cache=corpus.release_cache(tmp_path_factory)
+    )
     hidden = root / "autograder" / "tests" / corpus.ASSIGNMENT / "test_fx_attention.py"
     hidden_before = hidden.read_bytes()
     listener = Listener()

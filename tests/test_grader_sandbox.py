@@ -86,17 +86,18 @@ def make_optimizer(net):
 """
 
 
-@pytest.fixture(scope="module", params=["auto", "fallback"])
+@pytest.fixture(scope="session", params=["auto", "fallback"])
 def zygote(request, tmp_path_factory):
     secret = tmp_path_factory.mktemp("hidden")
     (secret / "test_hidden.py").write_text("SECRET = 'CANARY-SANDBOX'\n")
     scratch = tmp_path_factory.mktemp("scratch")
     os.environ["AUTOGRADER_TEST_SECRET"] = "do-not-leak"
+    claimed = sandbox.claim_uid_block() if request.param == "auto" and os.geteuid() == 0 else None
     config = {
         "mode": request.param,
         "hide": [str(secret)],
         "limits": {"cpu": 30},
-        "uid_base": 58000 if request.param == "auto" else 59000,
+        "uid_base": claimed[0] if claimed else None,
         "scratch": str(scratch),
     }
     pid, sock = sandbox.start_zygote(config)
@@ -107,6 +108,8 @@ def zygote(request, tmp_path_factory):
     yield {"client": proxy.ZygoteClient(sock), "report": ready["report"], "secret": secret}
     sock.close()
     os.waitpid(pid, 0)
+    if claimed:
+        os.close(claimed[1])
 
 
 @pytest.fixture
@@ -141,7 +144,7 @@ def test_worker_is_contained(student):
     assert facts["limits"]["RLIMIT_CPU"] == 30
     assert 0 < facts["limits"]["RLIMIT_FSIZE"] < 2**40
     if zygote["report"]["use_uid"]:
-        assert facts["uid"] >= 58000 and facts["limits"]["RLIMIT_NPROC"] <= 64
+        assert facts["uid"] >= sandbox.UID_FIRST and facts["limits"]["RLIMIT_NPROC"] <= 64
         assert facts["cwd"] == "/tmp/submission"
 
 

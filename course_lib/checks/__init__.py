@@ -14,6 +14,7 @@ instructor's grader, with fresh random inputs; these checks only help.
 """
 
 from .attention import (
+    attention_mistakes,
     check_causal_mask,
     copy_from_torch_mha,
     diagnose_attention,
@@ -24,6 +25,7 @@ from .core import CheckFailed, check_close, check_gradients, check_shape, close,
 
 __all__ = [
     "CheckFailed",
+    "attention_mistakes",
     "check_causal_mask",
     "check_close",
     "check_gradients",

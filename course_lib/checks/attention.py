@@ -51,7 +51,14 @@ def _attention(
     return weights @ v, weights
 
 
-def _mistakes(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> dict[str, Tensor]:
+def attention_mistakes(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None
+) -> dict[str, Tensor]:
+    """Description of each common mistake -> the output it gives on these inputs.
+
+    Pass it as ``check_close(..., mistakes=attention_mistakes(q, k, v, mask))`` so a wrong output
+    is explained, in a visible check or in a hidden test.
+    """
     d = q.shape[-1]
     out = {
         f"the scores are divided by D = {d} instead of sqrt(D) = {math.sqrt(d):.3g} (the "
@@ -118,8 +125,8 @@ def diagnose_attention(
             f"{name}(q, k, v) returned a tensor of shape {tuple(y.shape)} = (..., T_q, T_k): "
             "these look like the attention weights; multiply them by v to get the output"
         )
-    check_close(y, expected, name=f"{name}(q, k, v)", atol=atol, mistakes=_mistakes(q, k, v, None),
-                dims=dims)  # fmt: skip
+    check_close(y, expected, name=f"{name}(q, k, v)", atol=atol,
+                mistakes=attention_mistakes(q, k, v), dims=dims)  # fmt: skip
     if returns_weights:
         check_close(w, weights, name=f"the weights of {name}(q, k, v)", atol=atol)
 
@@ -137,7 +144,7 @@ def diagnose_attention(
                 "e.g. set its weights to 0 after the softmax (masked_fill(~mask, 0.0))."
             )
         check_close(y, expected, name=f"{name}(q, k, v, mask)", atol=atol,
-                    mistakes=_mistakes(q, k, v, mask), dims=dims)  # fmt: skip
+                    mistakes=attention_mistakes(q, k, v, mask), dims=dims)  # fmt: skip
         if returns_weights:
             check_close(w, weights, name=f"the weights of {name}(q, k, v, mask)", atol=atol)
 

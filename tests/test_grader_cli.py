@@ -1,0 +1,164 @@
+"""The grader's commands on the fixture assignment: release, check, selfgrade, gradescope, and the
+fallback sandbox (no namespaces) on the cheats that matter most for it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import nbformat
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "grader"))
+import corpus  # noqa: E402
+from test_grader_corpus import CANARY, Listener  # noqa: E402
+
+from autograder.course import GradeCell  # noqa: E402
+from autograder.selfcheck import consistency, expected_points  # noqa: E402
+
+pytestmark = [pytest.mark.xdist_group("grader-cli"), pytest.mark.slow]
+A, NB = corpus.ASSIGNMENT, corpus.NOTEBOOK
+
+
+@pytest.fixture(scope="session")  # session: xdist may interleave modules on a worker
+def course(tmp_path_factory):
+    return corpus.make_course(
+        tmp_path_factory.mktemp("course"), cache=corpus.release_cache(tmp_path_factory)
+    )
+
+
+def test_release_is_deterministic_and_leaks_nothing(course):
+    released = course / "assignments" / A / NB
+    first = released.read_bytes()
+    corpus.cli("--course-dir", str(course), "release", A)
+    assert released.read_bytes() == first, "regenerating the release changed its bytes"
+    text = first.decode()
+    assert "raise NotImplementedError()" in text
+    for leak in ("### BEGIN SOLUTION", "masked_fill(~mask, 0.0)", CANARY, "def test_"):
+        assert leak not in text
+    nb = nbformat.reads(text, as_version=4)
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
+
+
+def test_check_passes_for_the_fixture(course):
+    out = corpus.cli("--course-dir", str(course), "check", A, "--jobs", "1", "--quiet")
+    assert "check fx_attention: passed" in out.stdout
+    assert "reference (rerun)" in out.stdout and "sandbox:" in out.stdout
+
+
+def test_consistency_finds_points_that_do_not_add_up():
+    cells = {
+        (NB, "check_a"): GradeCell("check_a", NB, 4.0, True),
+        (NB, "manual"): GradeCell("manual", NB, 2.0, False),
+    }
+    tests = [
+        {"nodeid": "t.py::a", "cell": "check_a", "points": 3.0, "notebook": None},
+        {"nodeid": "t.py::b", "cell": "nowhere", "points": 1.0, "notebook": None},
+        {"nodeid": "t.py::c", "cell": "manual", "points": 1.0, "notebook": None},
+    ]
+    problems = "\n".join(
+        consistency(SimpleNamespace(release={NB: []}, tests=tests, grade_cells=cells))
+    )
+    assert "worth 4 points but its hidden tests add up to 3" in problems
+    assert "'nowhere' does not exist" in problems
+    assert "'manual' is manually graded" in problems
+    assert expected_points(50, 8) == 4 and expected_points({"points": 3}, 8) == 3
+
+
+def test_selfgrade_compares_samples_with_expected_scores(course):
+    samples = course / "autograder" / "samples" / A
+    samples.mkdir(parents=True)
+    release = nbformat.read(course / "assignments" / A / NB, as_version=4)
+    ref = corpus.reference_sources()
+    nbformat.write(
+        corpus._with_solutions(release, attention=ref["attention"]), samples / "partial.ipynb"
+    )
+    cheat = corpus._attention_with(
+        "import torch.nn.functional as F\nreturn F.scaled_dot_product_attention(q, k, v)"
+    )
+    nbformat.write(corpus._with_solutions(release, attention=cheat), samples / "cheat.ipynb")
+    (samples / "expected.json").write_text(json.dumps({"partial": 50, "cheat": {"points": 3}}))
+    out = corpus.cli(
+        "--course-dir", str(course), "selfgrade", A, "--jobs", "1", "--quiet", check=False
+    )
+    assert out.returncode == 1, out.stdout + out.stderr  # the cheat was expected to earn 3
+    rows = {
+        r["submission"]: r for r in json.loads((course / "grading" / "selfgrade.json").read_text())
+    }
+    assert set(rows) == {"reference", "blank", "partial", "cheat"}
+    assert rows["reference"]["ok"] and rows["reference"]["score"] == 8
+    assert rows["blank"]["ok"] and rows["blank"]["score"] == 0
+    assert rows["partial"]["ok"] and rows["partial"]["expected"] == 4
+    assert not rows["cheat"]["ok"] and rows["cheat"]["score"] == 0
+    for row in rows.values():
+        assert {"assignment", "submission", "score", "max_score", "expected", "ok"} <= set(row)
+    assert "MISMATCH" in out.stdout
+
+
+def test_gradescope_zip_grades_a_submission(course, tmp_path):
+    archive = tmp_path / "gs.zip"
+    corpus.cli("--course-dir", str(course), "gradescope", A, "--out", str(archive))
+    with zipfile.ZipFile(archive) as zf:
+        names = zf.namelist()
+        zf.extractall(tmp_path / "autograder")
+    assert {"setup.sh", "run_autograder", "source/requirements.txt"} <= set(names)
+    assert f"source/autograder/tests/{A}/test_fx_attention.py" in names
+    assert f"source/assignments/{A}/{NB}" in names
+    assert not any(n.startswith(("source/solutions", "source/grading")) for n in names)
+    root = tmp_path / "autograder"
+    (root / "submission").mkdir()
+    release = nbformat.read(course / "assignments" / A / NB, as_version=4)
+    ref = corpus.reference_sources()
+    nbformat.write(corpus._with_solutions(release, **ref), root / "submission" / "mine.ipynb")
+    env = {
+        **os.environ,
+        "AUTOGRADER_ROOT": str(root),
+        "AUTOGRADER_PYTHON": sys.executable,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    out = subprocess.run(
+        ["bash", str(root / "run_autograder")], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert results["score"] == 8 and len(results["tests"]) == 7
+    assert all(t["status"] == "passed" for t in results["tests"])
+    assert CANARY not in json.dumps(results)
+
+
+FALLBACK = ("reference", "network", "read_hidden", "write_outside", "fork_bomb", "os_exit",
+            "sdpa_getattr", "via_multihead_attention", "cheat_grader_api")  # fmt: skip
+
+
+def test_fallback_sandbox_blocks_the_same_cheats(course, tmp_path):
+    hidden = course / "autograder" / "tests" / A / "test_fx_attention.py"
+    before = hidden.read_bytes()
+    listener = Listener()
+    everything = tmp_path / "all"
+    expected = corpus.build_corpus(
+        course / "assignments" / A / NB, everything, hidden_file=hidden, port=listener.port,
+        course_root=course,
+    )  # fmt: skip
+    chosen = tmp_path / "chosen"
+    chosen.mkdir()
+    for name in FALLBACK:
+        shutil.copy(everything / f"{name}.ipynb", chosen / f"{name}.ipynb")
+    out_dir = tmp_path / "out"
+    run = corpus.cli(
+        "--course-dir", str(course), "grade", A, "--submissions", str(chosen), "--out",
+        str(out_dir), "--sandbox", "fallback", "--timeout", "2", "--no-gradebook", "--quiet",
+    )  # fmt: skip
+    listener.close()
+    assert "socket creation blocked" in run.stdout
+    rows = {r["student"]: r for r in json.loads((out_dir / "report.json").read_text())["rows"]}
+    for name in FALLBACK:
+        assert rows[name]["score"] == expected[name]["points"], (name, rows[name]["tests"])
+    assert listener.connections == []
+    assert hidden.read_bytes() == before
+    assert not (course / "PWNED.txt").exists()
