@@ -238,6 +238,8 @@ def test_screenshots_of_front_page_and_chapters(html_dir, server, browser):
     chapters = [p for p in pages if re.match(r"(chapters/)?\d\d", Path(p).name)] or [
         p for p in pages if p not in ("index.html", "intro.html")
     ]
+    # the preface (00_) has no figures; screenshot the first two chapters with content
+    chapters = [p for p in chapters if not Path(p).name.startswith("00_")] or chapters
     wanted = ["intro.html"] + chapters[:2]
     for rel in wanted:
         browser.get(urljoin(server, rel))
@@ -245,3 +247,38 @@ def test_screenshots_of_front_page_and_chapters(html_dir, server, browser):
         out = SCREENSHOTS / (Path(rel).stem + ".png")
         assert browser.save_screenshot(str(out)), f"could not save {out}"
         assert out.stat().st_size > 10_000, f"{out} looks empty"
+
+
+def _chapter_pages(html_dir: Path) -> list[Path]:
+    return [p for p in _pages(html_dir) if re.match(r"\d\d_", p.name)]
+
+
+def test_chapter_pages_have_launch_buttons_and_notebook_downloads(html_dir):
+    chapters = _chapter_pages(html_dir)
+    if not chapters:
+        pytest.skip("no chapter pages built yet")
+    problems = []
+    for page in chapters:
+        rel = page.relative_to(html_dir)
+        hrefs = _parse(page).hrefs
+        if not any("colab.research.google.com" in h for h in hrefs):
+            problems.append(f"{rel}: no Colab launch button")
+        if not any("mybinder.org" in h for h in hrefs):
+            problems.append(f"{rel}: no Binder launch button")
+        downloads = [h for h in hrefs if urlparse(h).path.endswith(".ipynb") and "_sources" in h]
+        if not downloads:
+            problems.append(f"{rel}: no .ipynb download")
+        for href in downloads:
+            target = (page.parent / unquote(urlparse(href).path)).resolve()
+            if not target.exists() or '"cells"' not in target.read_text(encoding="utf-8"):
+                problems.append(f"{rel}: the .ipynb download {href} is missing or not a notebook")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_chapter_figure_was_rendered(html_dir):
+    """Executed chapters carry their figures: each page with a training chapter has images."""
+    chapters = [p for p in _chapter_pages(html_dir) if not p.name.startswith("00_")]
+    if not chapters:
+        pytest.skip("no chapter pages built yet")
+    empty = [p.name for p in chapters if "<img" not in p.read_text(encoding="utf-8")]
+    assert not empty, f"chapter pages without a single figure: {empty}"
