@@ -510,7 +510,7 @@ def build() -> Builder:
     )
     nb.provided(
         """
-        example = val_set.examples[3]
+        example = val_set.examples[20]  # "two big mice find an old box near the house ."
         src = torch.tensor([val_set.src_vocab.encode(example.source.split())])
         with torch.no_grad():
             out = greedy_decode(model.eval(), src)
@@ -532,24 +532,29 @@ def build() -> Builder:
         r"""
         **Q2 (3 points).** Describe what you see. Which cross-attention heads act as an
         *alignment* between the two languages, and how does it show the reordering of the
-        sentence (subject, place, object, verb)? Which source word gets little attention from
-        any target word, and why? What is the shape of every decoder self-attention map, and
-        why? Do different heads of the same layer do different things?
+        sentence (subject, place, object, verb)? (Mind that the row of the decoder's input token
+        $y_t$ is the step that *predicts* $y_{t+1}$.) Which source word gets little attention
+        from any target word, and why? What is the shape of every decoder self-attention map,
+        and why? Do different heads of the same layer do different things?
         """,
         """
-        In the last decoder layer at least one cross-attention head is close to a permutation
-        matrix: each target word attends to the English word it translates: the subject noun
-        (with its "-ka" suffix), then the place noun (the target's "gardi-la" attends to
-        "garden", sometimes also to "in"), then the object, and the verb ("vid-a") to "sees",
-        which is in the middle of the English sentence, so the map is not a diagonal but a
-        reordering. Adjectives, which follow their noun in the target, attend to the English
-        adjective before the noun. "the" has no counterpart in the target, so no target word
-        attends to it much (when it is attended, it is as a cheap "no-op" position). Every
-        decoder self-attention map is lower triangular (zeros above the diagonal) because of the
-        causal mask: position t only sees [BOS] ... y_t. Heads differ: some encoder heads attend
-        to the previous or next word or to the noun a determiner / adjective belongs to, others
-        are diffuse; in the first decoder layer cross-attention is often broad, and sharp
-        alignment appears in a later layer.
+        In the last layer, one or two cross-attention heads are close to a permutation matrix,
+        shifted by one step: the row of y_t, which predicts y_{t+1}, attends to the English word
+        that y_{t+1} translates. For "two big mice find an old box near the house ." the row
+        [BOS] looks at "two" (du), "du" at "mice" (nimi-n-ka), then the attention jumps to the
+        end of the source, "near" / "house" (domu-ve: the place comes before the object), back
+        to "an" and "box" (un kasi-po), to "old" (vet, which follows its noun), and finally to
+        "find" in the middle of the sentence for the verb (trov-an) and to "." at the end. So
+        the map is not a diagonal: the visited columns follow the target's word order (subject,
+        place, object, verb), which is the reordering. "the" (and the determiner-free words it
+        precedes) gets almost no cross-attention: it has no counterpart in the target, and the
+        place is marked by the suffix of "domu-ve", read from "near" and "house". Every decoder
+        self-attention map is lower triangular (zeros above the diagonal) because of the causal
+        mask: position t only sees [BOS] ... y_t; within that, heads attend to [BOS], to the
+        current or previous token, or to the subject noun. Heads differ: in the encoder some
+        attend to the token itself, some to the final "." (a "no-op" sink), some link words of
+        one phrase ("near" and "house", "mice" and "big"); in the first decoder layer the
+        cross-attention is broader, and the sharp alignment appears in the second.
         """,
         gid="q2_heads",
         points=3,
