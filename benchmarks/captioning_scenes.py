@@ -157,7 +157,7 @@ def main() -> None:
     # An 8x8 feature grid whatever the canvas: cells of 2 pixels at 16, 4 at 32; objects are
     # 5-10 pixels wide, so each one covers several cells.
     cnn_layers = max(1, (args.size // 8).bit_length() - 1)
-    models = {"caption-rnn-attn": 3e-3, "caption-transformer": 2e-3}  # name -> learning rate
+    models = {"caption-rnn-attn": 5e-3, "caption-transformer": 2e-3}  # name -> learning rate
     rows = []
     for name, lr in models.items():
         seed_everything(args.seed)
