@@ -283,7 +283,7 @@ def _zygote_main(sock: socket.socket, config: dict) -> None:
     _close_fds({sock.fileno()})
     _devnull_stdio()
     report = _zygote_setup(config)
-    for name in PREIMPORTS:
+    for name in config.get("preimport", PREIMPORTS):
         try:
             __import__(name)
         except Exception:

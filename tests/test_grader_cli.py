@@ -22,14 +22,14 @@ from test_grader_corpus import CANARY, Listener  # noqa: E402
 from autograder.course import GradeCell  # noqa: E402
 from autograder.selfcheck import consistency, expected_points  # noqa: E402
 
-pytestmark = [pytest.mark.xdist_group("grader-cli"), pytest.mark.slow]
+pytestmark = pytest.mark.slow
 A, NB = corpus.ASSIGNMENT, corpus.NOTEBOOK
 
 
 @pytest.fixture(scope="session")  # session: xdist may interleave modules on a worker
 def course(tmp_path_factory):
     return corpus.make_course(
-        tmp_path_factory.mktemp("course"), cache=corpus.release_cache(tmp_path_factory)
+        tmp_path_factory.mktemp("course"), cache=corpus.shared_dir(tmp_path_factory, "release")
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "grader"))
 import corpus  # noqa: E402
 
-pytestmark = [pytest.mark.xdist_group("grader-corpus"), pytest.mark.slow]
+pytestmark = pytest.mark.slow
 CANARY = "CANARY-HIDDEN-5e1f0c9a"
 
 
@@ -51,23 +52,20 @@ class Listener:
         self.server.close()
 
 
-def _digest(folder: Path) -> dict[str, tuple[str, float]]:
+def _digest(folder: Path) -> dict[str, list]:
     return {
-        str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime)
+        str(p.relative_to(folder)): [hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime]
         for p in sorted(folder.rglob("*"))
         if p.is_file()
     }
 
 
-@pytest.fixture(scope="session")  # session: xdist may interleave modules on a worker
-def graded(tmp_path_factory):
-    root = corpus.make_course(
-        tmp_path_factory.mktemp("course"), cache=corpus.release_cache(tmp_path_factory)
-    )
+def _grade_corpus(folder: Path) -> dict:
+    root = corpus.make_course(folder / "course", cache=folder.parent / "release")
     hidden = root / "autograder" / "tests" / corpus.ASSIGNMENT / "test_fx_attention.py"
-    hidden_before = hidden.read_bytes()
+    hidden_before = hashlib.sha256(hidden.read_bytes()).hexdigest()
     listener = Listener()
-    plain = tmp_path_factory.mktemp("plain")
+    plain = folder / "plain"
     expected = corpus.build_corpus(
         root / "assignments" / corpus.ASSIGNMENT / corpus.NOTEBOOK,
         plain,
@@ -78,15 +76,12 @@ def graded(tmp_path_factory):
     # nbgrader's layout: grading/submitted/<student>/<assignment>/<files>
     submitted = root / "grading" / "submitted"
     for entry in sorted(plain.iterdir()):
-        name = entry.stem if entry.is_file() else entry.name
-        target = submitted / name / corpus.ASSIGNMENT
+        target = submitted / (entry.stem if entry.is_file() else entry.name) / corpus.ASSIGNMENT
         if entry.is_file():
             target.mkdir(parents=True)
-            suffix = corpus.NOTEBOOK if entry.suffix == ".ipynb" else entry.name
-            (target / suffix).write_bytes(entry.read_bytes())
+            name = corpus.NOTEBOOK if entry.suffix == ".ipynb" else entry.name
+            (target / name).write_bytes(entry.read_bytes())
         else:
-            import shutil
-
             shutil.copytree(entry / corpus.ASSIGNMENT, target)
     before = _digest(submitted)
     out = root / "out"
@@ -95,25 +90,37 @@ def graded(tmp_path_factory):
         "--timeout", "2", "--load-timeout", "3", "--jobs", "2", "--quiet",
     )  # fmt: skip
     listener.close()
-    report = json.loads((out / "report.json").read_text())
     return {
+        "root": str(root),
+        "stdout": run.stdout,
+        "expected": expected,
+        "before": before,
+        "connections": len(listener.connections),
+        "hidden_before": hidden_before,
+    }
+
+
+@pytest.fixture(scope="session")
+def graded(tmp_path_factory):
+    """The corpus graded once per test run (shared by xdist workers through files)."""
+    info = corpus.once(corpus.shared_dir(tmp_path_factory, "corpus"), _grade_corpus)
+    root = Path(info["root"])
+    report = json.loads((root / "out" / "report.json").read_text())
+    hidden = root / "autograder" / "tests" / corpus.ASSIGNMENT / "test_fx_attention.py"
+    return {
+        **info,
         "root": root,
-        "out": out,
-        "run": run,
+        "out": root / "out",
         "report": report,
         "rows": {r["student"]: r for r in report["rows"]},
-        "expected": expected,
-        "submitted": submitted,
-        "before": before,
-        "listener": listener,
+        "submitted": root / "grading" / "submitted",
         "hidden": hidden,
-        "hidden_before": hidden_before,
     }
 
 
 def test_every_submission_gets_a_row(graded):
     assert set(graded["rows"]) == set(graded["expected"]) == set(corpus.EXPECTED_NAMES)
-    assert "sandbox:" in graded["run"].stdout
+    assert "sandbox:" in graded["stdout"]
 
 
 @pytest.mark.parametrize("name", sorted(corpus.EXPECTED_NAMES))
@@ -178,8 +185,8 @@ def test_sha256_recorded_and_originals_untouched(graded):
 
 
 def test_nothing_escaped_the_sandbox(graded):
-    assert graded["listener"].connections == []
-    assert graded["hidden"].read_bytes() == graded["hidden_before"]
+    assert graded["connections"] == 0
+    assert hashlib.sha256(graded["hidden"].read_bytes()).hexdigest() == graded["hidden_before"]
     assert not (graded["root"] / "PWNED.txt").exists()
     assert graded["rows"]["network"]["score"] == corpus.MAX_POINTS
 
