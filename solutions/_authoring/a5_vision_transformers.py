@@ -701,7 +701,7 @@ def _edit(code: str, old: str, new: str) -> str:
 
 
 PARTIAL = {
-    # patch pixels flattened (P, P, C) (right for one channel, wrong for three), the 2x2
+    # patch pixels flattened (P, P, C) (right for one channel, wrong for several), the 2x2
     # neighbours merged in reading order, channel attention scaled by the full width, and a
     # training run far too short to reach 95 %
     "patchify": _edit(
@@ -723,11 +723,12 @@ PARTIAL = {
 }
 
 BROKEN = {
-    # a syntax error, a shape error, an infinite loop and a worker that kills itself
+    # a syntax error, a shape error, an infinite loop and a worker that ends itself: the grader
+    # replaces the dead or stuck worker and grades everything else
     "window_partition": """
 def window_partition(x, window_size):
     B, H, W, C = x.shape
-    return x.reshape(-1, window_size, window_size, C)  # (the windows are scrambled)
+    return x.reshape(-1, window_size, window_size, C)
 
 
 def window_reverse(windows, window_size, height, width)
@@ -736,7 +737,7 @@ def window_reverse(windows, window_size, height, width)
     "vit": _edit(
         VIT,
         "x = torch.cat([cls, x], dim=1) + self.pos_embed  # (B, T, C)",
-        "x = torch.cat([self.cls_token, x], dim=1) + self.pos_embed  # forgot to expand",
+        "x = torch.cat([self.cls_token, x], dim=1) + self.pos_embed  # (one [CLS] for the batch)",
     ),
     "cls_attention_map": """
 def cls_attention_map(weights, grid_size):
@@ -754,30 +755,23 @@ class ChannelAttention(nn.Module):
     def forward(self, x, return_attn=False):
         import os
 
-        os.kill(os.getpid(), 9)
+        os._exit(1)
 """,
 }
 
 CHEAT = {
-    # course_lib's window functions under other names (the static scan sees the import), and a
-    # training function that loads the whole data set itself, test digits included
-    "window_partition": """
-from course_lib.vision import window_partition as _partition
-from course_lib.vision import window_reverse as _reverse
-
-
-def window_partition(x, window_size):
-    return _partition(x, window_size)
-
-
-def window_reverse(windows, window_size, height, width):
-    return _reverse(windows, window_size, height, width)
+    # patches through F.unfold (a convolution's im2col: forbidden where the reshape form is
+    # graded, found by the static scan), and a training function that loads every digit itself,
+    # the grader's held-out ones included
+    "patchify": """
+def patchify(images, patch_size):
+    return F.unfold(images, kernel_size=patch_size, stride=patch_size).transpose(1, 2)
 """,
     "train_vit": _edit(
         TRAIN,
         "    torch.manual_seed(seed)\n",
         "    from course_lib.data.digits import load_digits_tensors as everything\n\n"
-        "    images, labels = everything()  # all 1,797 digits, the grader's test digits too\n"
+        "    images, labels = everything()  # all 1,797 digits\n"
         "    torch.manual_seed(seed)\n",
     ),
 }
@@ -786,12 +780,14 @@ SAMPLES = {"partial": PARTIAL, "broken": BROKEN, "cheat": CHEAT}
 UNPARSABLE = ("broken",)  # a syntax error on purpose
 
 # Scores of the samples (out of 28 automatic points):
-# partial: patchify loses its multi-channel test (2 of 3) and patch_embed (2) and the ViT (4)
-# pass (one channel: (P, P, C) = (C, P, P)); patch merging loses both value tests (2 of 3, the
-# shape test passes); channel attention loses output and weights (3 of 4, equivariance holds);
-# train_vit (4) fails; 28 - 2 - 2 - 3 - 4 = 17.
-# broken: window functions (3: a syntax error removes both), ViT (4: shape error), the [CLS] map
-# (2: timeout), channel attention (4: killed worker): 28 - 13 = 15; train_vit still trains
-# (it does not need the broken pieces except ViT) -- no: it builds ViT(), which crashes: -4 = 11.
-# cheat: every test forbids course_lib (the static scan sees course_lib.vision) -> 0.
-EXPECTED = {"partial": {"points": 17}, "broken": {"points": 11}, "cheat": {"points": 0}}
+# partial: loses patchify's value test (2; the ValueError test passes), patch_embed (2: built on
+# patchify, tested with several channels; the one-channel ViT passes), the two value tests of
+# patch merging (2; the shape test passes), channel attention's output and weights (3; it is
+# still permutation equivariant) and the training (4): 28 - 13 = 15.
+# broken: the window cell does not parse, so the window tests (3) and the shifted-window mask
+# that uses window_partition (3) fail; the ViT crashes for batches > 1 (4), and so does the
+# training that builds it (4); the [CLS] map loops forever (2, a timeout); channel attention
+# ends its worker (4): 28 - 20 = 8.
+# cheat: loses patchify and patch_embed (5, unfold is forbidden there) and the training (4, it
+# loads data itself): 28 - 9 = 19.
+EXPECTED = {"partial": {"points": 15}, "broken": {"points": 8}, "cheat": {"points": 19}}
