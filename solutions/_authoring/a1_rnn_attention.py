@@ -667,17 +667,19 @@ def build() -> Builder:
         """,
         """
         The output is always year-month-day, so the attention follows the *source's* positions of
-        those fields: for "1992 March 14" the year's four digits attend to the first four
-        characters (a diagonal block at the start), for "14 March 1992" and "March 14, 1992"
-        they attend to the last four characters, so the map jumps to the end of the source and
-        then back: the off-diagonal pattern is the reordering of the fields. Each output digit
-        looks mostly at the one source digit it copies (a sharp, almost one-hot row), e.g. the
-        "9" of "1992" at the source's "9". The month digits "03" attend to the month *word*
-        ("March", mostly its first letters, which are enough to identify it), since the number
-        is not in the source: attention finds the evidence, the decoder's output layer does the
-        conversion. The day attends to "14" wherever it is. The dashes and [EOS] need no source
-        information: their weights are spread out or sit on separators / the end of the source,
-        because whatever the context is, the decoder's state already knows what comes next.
+        those fields: while writing the year the decoder looks at the end of "14 March 1992" and
+        "March 14, 1992" but at the start of "1992 March 14", then it jumps to the month and to
+        the day wherever they are: the map is a permutation of blocks, not a diagonal, and the
+        off-diagonal jumps are exactly the reordering of the fields. Within a field the rows are
+        sharp: each output digit looks at the source digit it copies ("2" at "2", the day's "1"
+        and "4" at "1" and "4"). The century is an exception worth noticing: "1" and "9" attend
+        to the *last* two digits of the year, because in this data set the century follows from
+        them (years 1950-2049: "92" means 1992). The month digits "03" attend, more diffusely, to
+        the letters of "March" (its first letters identify it): the number is not in the source,
+        attention finds the evidence and the decoder's output layer converts it. The dashes need
+        no source information (the state knows a dash comes next), so their weights are spread
+        out; [EOS] looks at the end of the last field it wrote (the day), where it knows the date
+        is complete.
         """,
         gid="q2_attention",
         points=3,
@@ -780,7 +782,7 @@ def build() -> Builder:
         source length $T$?
         """,
         """
-        Even with half the compute, the attention model is better everywhere (about 85-95 %
+        Even with half the compute, the attention model is better everywhere (about 95 %
         against about 70 % for the fixed context on sources like the training ones), and it stays
         nearly flat as filler words are added after the date, far beyond the lengths seen in
         training, while the fixed-context model falls steadily (to about 35-40 % with 24 words
