@@ -29,10 +29,10 @@ def _options(args: argparse.Namespace) -> Options:
 
 def _add_limits(p: argparse.ArgumentParser, jobs: int = 2) -> None:
     p.add_argument("--jobs", type=int, default=jobs, help="parallel runners (default %(default)s)")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds per call (default 10)")
+    p.add_argument("--timeout", type=float, default=10.0, help="CPU seconds per call (default 10)")
     p.add_argument("--wall", type=float, default=300.0, help="seconds per submission (300)")
     p.add_argument("--load-timeout", type=float, default=30.0, help="seconds to load the code")
-    p.add_argument("--cpu", type=int, default=120, help="CPU seconds per worker process (120)")
+    p.add_argument("--cpu", type=int, default=600, help="CPU seconds per worker process (600)")
     p.add_argument(
         "--memory-gib", type=float, default=4.0, help="address space per worker, >= 4 (4)"
     )

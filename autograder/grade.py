@@ -42,7 +42,7 @@ class Options:
     timeout: float = 10.0  # per call
     wall: float = 300.0  # per submission
     load_timeout: float = 30.0
-    cpu: int = 120  # CPU seconds per worker
+    cpu: int = 600  # CPU seconds per worker process (a backstop; calls have their own limit)
     memory_gib: float = 4.0  # address space per worker (at least 4)
     sandbox: str = "auto"  # "auto", "namespace" or "fallback"
     salt: str = field(default_factory=lambda: os.environ.get("AUTOGRADER_SALT", ""))
@@ -84,9 +84,11 @@ def discover(folder: Path, assignment: str, release: list[str]) -> list[Submissi
         used.add(candidate)
         return candidate
 
-    for entry in sorted(folder.iterdir()):
-        if entry.name.startswith("."):
-            continue
+    entries = [e for e in sorted(folder.iterdir()) if not e.name.startswith(".")]
+    nbgrader_layout = any((e / assignment).is_dir() for e in entries if e.is_dir())
+    for entry in entries:
+        if entry.is_dir() and nbgrader_layout and not (entry / assignment).is_dir():
+            continue  # this student submitted other assignments, not this one
         if entry.is_dir():
             inner = entry / assignment if (entry / assignment).is_dir() else entry
             found.append(_folder_submission(unique(entry.name), inner, release))

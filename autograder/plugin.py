@@ -13,7 +13,7 @@ Markers (register nothing yourself; the grader loads this plugin):
 ``@pytest.mark.notebook("name.ipynb")``
     For assignments with several notebooks: which one ``student`` refers to.
 ``@pytest.mark.call_timeout(seconds)``
-    Per-call time limit for this test (default: the grader's ``--timeout``, 10 s).
+    Per-call limit in CPU seconds for this test (default: the grader's ``--timeout``, 10).
 
 Fixtures: ``student`` (:class:`autograder.proxy.Student`), ``seed`` (an int derived from the
 assignment, the student and the test), ``rng`` (a ``torch.Generator`` seeded with it). Before each

@@ -17,8 +17,11 @@ from .forbid import expand, is_module_spec
 from .notebook import Extracted
 
 # Reaching any of these (imported or referenced through an alias) is tampering.
-TAMPER_MODULES = ("autograder", "pytest", "_pytest", "ctypes", "cffi", "gc")
+TAMPER_MODULES = ("autograder", "pytest", "_pytest", "ctypes", "cffi")
 TAMPER_NAMES = (
+    "gc.get_objects",
+    "gc.get_referrers",
+    "gc.get_referents",
     "sys.modules",
     "sys._getframe",
     "sys.setprofile",
@@ -42,6 +45,12 @@ TAMPER_NAMES = (
     "torch._C.DisableTorchFunctionSubclass",
     "torch._C._DisableTorchDispatch",
 )
+# Assigning to an attribute of these modules is monkeypatching (torch.backends.* is configuration).
+PATCHABLE_ROOTS = (
+    "torch", "numpy", "math", "course_lib", "autograder", "builtins", "sys", "pytest",
+    "unittest", "operator", "functools", "inspect", "importlib", "types",
+)  # fmt: skip
+CONFIGURATION = ("torch.backends.",)
 STRING_CALLS = {
     "getattr", "hasattr", "setattr", "delattr", "attrgetter", "methodcaller", "import_module",
     "__import__", "__getattribute__", "eval", "exec", "compile", "get",
@@ -104,6 +113,17 @@ def _aliases(trees: list[ast.Module]) -> tuple[dict[str, str], list[str]]:
     return aliases, stars
 
 
+def _assigned(targets: list[ast.AST]):
+    """The attribute / subscript expressions assigned to (through tuples and starred)."""
+    for target in targets:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            yield from _assigned(target.elts)
+        elif isinstance(target, ast.Starred):
+            yield from _assigned([target.value])
+        elif isinstance(target, (ast.Attribute, ast.Subscript)):
+            yield target
+
+
 def scan(extracted: list[Extracted]) -> ScanResult:
     result = ScanResult()
     trees = [e.tree for e in extracted]
@@ -158,7 +178,7 @@ def scan(extracted: list[Extracted]) -> ScanResult:
                                 refs.append(Reference(sub.value, line, e.label, "string"))
                 if last in ("setattr", "delattr") and node.args:
                     target = qualify(node.args[0])
-                    if target:
+                    if target and target.split(".")[0] in PATCHABLE_ROOTS:
                         result.tampering.append(
                             f"{e.label}, line {line}: {last}() on the module {target} "
                             "(monkeypatching a library is not allowed)"
@@ -179,17 +199,15 @@ def scan(extracted: list[Extracted]) -> ScanResult:
                 targets = (
                     node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
                 )
-                for target in targets:
-                    for sub in ast.walk(target):
-                        if isinstance(sub, (ast.Attribute, ast.Subscript)):
-                            base = sub if isinstance(sub, ast.Attribute) else sub.value
-                            name = qualify(base)
-                            if name:
-                                result.tampering.append(
-                                    f"{e.label}, line {line}: assigns to {name} (monkeypatching "
-                                    "a library is not allowed)"
-                                )
-                                break
+                for sub in _assigned(targets):
+                    base = sub if isinstance(sub, ast.Attribute) else sub.value
+                    name = qualify(base)
+                    root = name.split(".")[0] if name else ""
+                    if root in PATCHABLE_ROOTS and not name.startswith(CONFIGURATION):
+                        result.tampering.append(
+                            f"{e.label}, line {line}: assigns to {name} (monkeypatching "
+                            "a library is not allowed)"
+                        )
         for ref in refs:
             if ref.kind == "string":
                 continue

@@ -97,7 +97,7 @@ def expected_points(spec: object, max_score: float) -> float | None:
 def print_table(rows: list[dict]) -> None:
     print(f"{'assignment':<22} {'submission':<22} {'score':>13} {'expected':>9}  ok")
     for r in rows:
-        exp = "-" if r["expected"] is None else f"{r['expected']:g}"
+        exp = r["expected"] if isinstance(r["expected"], str) else f"{r['expected']:g}"
         mark = "ok" if r["ok"] else "MISMATCH"
         print(
             f"{r['assignment']:<22} {r['submission']:<22} "
@@ -156,7 +156,7 @@ def _table_row(assignment: str, name: str, row: dict, expected: float | None, ok
         "score": row["score"],
         "max_score": row["max_score"],
         "percent": row["percent"],
-        "expected": None if expected is None else round(expected, 6),
+        "expected": "-" if expected is None else round(expected, 6),  # "-": none given
         "ok": bool(ok),
         "reason": row["reason"],
     }
@@ -181,11 +181,13 @@ def selfgrade(course: Course, names: list[str], options: Options, out: Path) -> 
             want = expected_points(expected.get(sub.student, default), row["max_score"])
             ok = want is not None and abs(row["score"] - want) <= 1e-3
             table.append(_table_row(assignment, sub.student, row, want, ok))
+            if want is None:
+                table[-1]["details"] = [f"no expected score for {sub.student!r} in expected.json"]
         unknown = sorted(set(expected) - {s.student for s in subs + extra})
         for name in unknown:
             table.append(
                 {"assignment": assignment, "submission": name, "score": 0.0, "max_score": 0.0,
-                 "percent": 0.0, "expected": None, "ok": False,
+                 "percent": 0.0, "expected": "-", "ok": False,
                  "reason": "listed in expected.json but no such sample",
                  "details": ["listed in expected.json but no such sample"]}
             )  # fmt: skip

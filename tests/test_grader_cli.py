@@ -162,3 +162,25 @@ def test_fallback_sandbox_blocks_the_same_cheats(course, tmp_path):
     assert listener.connections == []
     assert hidden.read_bytes() == before
     assert not (course / "PWNED.txt").exists()
+
+
+def test_wall_limit_stops_a_submission_and_says_so(course, tmp_path):
+    release = nbformat.read(course / "assignments" / A / NB, as_version=4)
+    ref = corpus.reference_sources()
+    loop = corpus._attention_with("while True:\n    pass")
+    folder = tmp_path / "subs"
+    folder.mkdir()
+    nbformat.write(
+        corpus._with_solutions(release, attention=loop, multihead=ref["multihead"]),
+        folder / "spinner.ipynb",
+    )
+    out_dir = tmp_path / "out"
+    corpus.cli(
+        "--course-dir", str(course), "grade", A, "--submissions", str(folder), "--out",
+        str(out_dir), "--wall", "5", "--timeout", "2", "--jobs", "1", "--no-gradebook", "--quiet",
+    )  # fmt: skip
+    row = json.loads((out_dir / "report.json").read_text())["rows"][0]
+    assert row["score"] == 0  # MultiHead is right, but its tests come after the time ran out
+    messages = [t["message"] for t in row["tests"].values()]
+    assert any("total time limit" in m for m in messages)
+    assert any("did not finish" in m for m in messages)

@@ -314,3 +314,12 @@ def test_seeds_depend_on_assignment_student_and_test_only():
         derive_seed("salt", "a1", "alice", "test_x.py::test_y"),
     }
     assert a not in others and len(others) == 4
+
+
+def test_configuration_and_ordinary_calls_are_not_tampering():
+    code = "import torch, gc\nimport matplotlib.pyplot as plt\nimport os\n"
+    code += "def setup():\n    torch.backends.cudnn.deterministic = True\n"
+    code += "    plt.rcParams['figure.figsize'] = (4, 3)\n    os.environ['X'] = '1'\n"
+    code += "    gc.collect()\n    torch.manual_seed(0)\n"
+    assert _scan(code).tampering == []
+    assert _scan("import gc\ndef f():\n    return gc.get_objects()").tampering
