@@ -485,7 +485,7 @@ def build() -> Builder:
         mask = shifted_window_mask(8, 8, 4, 2)
         fig, axes = plt.subplots(1, 4, figsize=(10, 2.6))
         for ax, w in zip(axes, range(4)):
-            ax.imshow(mask[w], cmap="gray")
+            ax.imshow(mask[w], cmap="gray", vmin=0, vmax=1)
             ax.set_title(f"window {w}")
             ax.set_xticks([])
             ax.set_yticks([])
@@ -617,12 +617,11 @@ def build() -> Builder:
         for i in range(6):
             axes[0, i].imshow(test_images[i, 0], cmap="gray_r")
             axes[0, i].set_title(f"label {test_labels[i].item()}, predicted {logits[i].argmax().item()}")
-            axes[1, i].imshow(test_images[i, 0], cmap="gray_r")
-            axes[1, i].imshow(heat[i], cmap="inferno", alpha=0.6, extent=(-0.5, 7.5, 7.5, -0.5))
+            axes[1, i].imshow(heat[i], cmap="inferno")
             for ax in axes[:, i]:
                 ax.set_xticks([])
                 ax.set_yticks([])
-        axes[1, 0].set_ylabel("[CLS] attention,\\nlast block")
+        axes[1, 0].set_ylabel("[CLS] attention to\\neach 2x2 patch")
         fig.tight_layout()
         plt.show()
         """,
