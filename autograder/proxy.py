@@ -14,6 +14,7 @@ code returns (a module, an optimizer) comes back as a :class:`Remote` handle::
     sd = mha.state_dict()                             # read parameters
     heads = mha.get("num_heads")                      # read an attribute
     student.has("causal_mask"), student.get("EPS")    # module-level names
+    enc = student.build("torch.nn.GRU", 4, 8, state_dict=sd)  # a library object in the worker
 
 Failures surface as exceptions whose messages are meant for the student: :class:`StudentError`
 (their code raised), :class:`MissingDefinition`, :class:`CallTimeout`, :class:`WorkerDied` and
@@ -159,6 +160,11 @@ class WorkerSession:
         except WorkerDied as error:
             self.load_failure = f"loading your code failed: {error}"
             raise LoadFailed(self.load_failure) from None
+        if not reply.get("ok"):
+            err = reply.get("error", {})
+            self.load_failure = f"loading your code failed: {err.get('type')}: {err.get('message')}"
+            self.close()
+            raise LoadFailed(self.load_failure)
         self.names = reply.get("names", {})
         if self.spawns == 1:
             self.load_notes = reply.get("notes", [])
@@ -422,6 +428,15 @@ class Student:
     def names(self) -> dict[str, str]:
         """Module-level names the notebook defines, with their type names."""
         return self._session.request({"op": "names"}, what="listing your definitions")
+
+    def build(self, name: str, *args: Any, state_dict: dict | None = None, **kwargs: Any) -> Any:
+        """Build a library object inside the worker (``name`` is a dotted path such as
+        ``"course_lib.models.seq2seq.Encoder"``), e.g. to pass a reference module to the
+        student's code; ``state_dict`` is loaded into it. Calls the student's code then makes
+        into it count for forbidden-call detection, so do not forbid what you build."""
+        msg = {"op": "build", "name": name, "args": _encode(args), "kwargs": _encode(kwargs)}
+        msg["state_dict"] = _encode(state_dict)
+        return self._session.request(msg, what=f"building {name}")
 
     def has(self, name: str) -> bool:
         return name in self.names()

@@ -179,6 +179,19 @@ class Server:
         value = getattr(self._target(msg["target"]), msg["attr"])
         return {"ok": True, "value": protocol.to_plain(value, self._keep)}
 
+    def op_build(self, msg: dict) -> dict:
+        """Instantiate a library class (e.g. a course_lib reference module) inside the worker,
+        for the test to hand to the student's code; optionally load a state dict into it."""
+        from .forbid import resolve
+
+        cls = resolve(msg["name"])
+        if cls is None:
+            raise LookupError(f"cannot import {msg['name']!r} in the worker")
+        obj = cls(*self._decode(msg.get("args", [])), **self._decode(msg.get("kwargs", {})))
+        if msg.get("state_dict") is not None:
+            obj.load_state_dict(msg["state_dict"])
+        return {"ok": True, "value": protocol.to_plain(obj, self._keep)}
+
     def op_names(self, msg: dict) -> dict:
         names = {
             k: type(v).__name__ for k, v in self.module.__dict__.items() if not k.startswith("__")

@@ -7,6 +7,7 @@ user gets: socket creation blocked, file access policed by an audit hook).
 
 from __future__ import annotations
 
+import ast
 import os
 import socket
 import threading
@@ -79,6 +80,9 @@ class Net(nn.Module):
     def forward(self, x):
         return self.lin(x).tanh()
 
+def apply(module, x):
+    return module(x)
+
 def make_generator(seed):
     return torch.Generator().manual_seed(seed)
 """
@@ -115,7 +119,7 @@ def zygote(request, tmp_path_factory):
 def student(zygote):
     state = proxy.TestState(seed=1, timeout=5.0)
     session = proxy.WorkerSession(
-        zygote["client"], [("cell 1", CODE, list(range(19)))], state=state,
+        zygote["client"], [("cell 1", CODE, list(range(len(ast.parse(CODE).body))))], state=state,
         deadline=time.monotonic() + 120,
     )  # fmt: skip
     yield proxy.Student(session), state, zygote
@@ -249,3 +253,14 @@ def test_missing_names_are_reported_clearly(student):
     with pytest.raises(proxy.MissingDefinition, match="does not define 'nope'"):
         st.nope()
     assert st.has("attention") and not st.has("nope")
+
+
+def test_library_objects_can_be_built_in_the_worker_and_passed_to_student_code(student):
+    st, _, _ = student
+    lin = torch.nn.Linear(4, 4)
+    remote = st.build("torch.nn.Linear", 4, 4, state_dict=lin.state_dict())
+    x = torch.randn(2, 4)
+    assert torch.allclose(remote(x), lin(x).detach(), atol=1e-6)
+    net = st.Net(4)
+    net.load_state_dict({"lin.weight": torch.eye(4), "lin.bias": torch.zeros(4)})
+    assert torch.allclose(st.apply(net, x), x.tanh())
