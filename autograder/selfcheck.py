@@ -168,14 +168,23 @@ def _table_row(assignment: str, name: str, row: dict, expected: float | None, ok
 def selfgrade(course: Course, names: list[str], options: Options, out: Path) -> int:
     table: list[dict] = []
     for assignment in names:
-        with Grader(course, assignment, options) as grader:
-            release = list(grader.release)
-            subs = [
-                reference_submission(course, assignment, release),
-                blank_submission(course, assignment, release),
-            ]
-            extra, expected = samples(course, assignment, release)
-            rows = grader.grade(subs + extra)
+        try:
+            with Grader(course, assignment, options) as grader:
+                release = list(grader.release)
+                subs = [
+                    reference_submission(course, assignment, release),
+                    blank_submission(course, assignment, release),
+                ]
+                extra, expected = samples(course, assignment, release)
+                rows = grader.grade(subs + extra)
+        except (SystemExit, RuntimeError) as error:  # no suite, no release, a broken suite
+            reason = str(error.code if isinstance(error, SystemExit) else error)
+            table.append(
+                {"assignment": assignment, "submission": "(cannot grade)", "score": 0.0,
+                 "max_score": 0.0, "percent": 0.0, "expected": "-", "ok": False,
+                 "reason": reason, "details": reason.splitlines()[:12]}
+            )  # fmt: skip
+            continue
         for sub, row in zip(subs + extra, rows):
             default = {"reference": 100, "blank": 0}.get(sub.student)
             want = expected_points(expected.get(sub.student, default), row["max_score"])
