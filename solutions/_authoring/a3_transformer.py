@@ -635,7 +635,7 @@ BROKEN = {
 CHEAT = {
     # LayerNorm through torch's fused op, behind an alias: the static scan finds it, and the
     # LayerNorm tests (which forbid it) fail; the rest of this notebook is honest
-    "layer_norm": '''
+    "layer_norm": """
 from torch.nn.functional import layer_norm as _normalise
 
 
@@ -648,7 +648,7 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return _normalise(x, x.shape[-1:], self.weight, self.bias, self.eps)
-''',
+""",
 }
 
 SAMPLES = {"partial": PARTIAL, "broken": BROKEN, "cheat": CHEAT}
