@@ -102,7 +102,7 @@ def test_sdpa_broadcast_mask(student, rng):
     q, k, v = qkv(rng, (B,))
     N_X = k.shape[-2]
     lengths = torch.randint(1, N_X + 1, (B,), generator=rng)
-    lengths[0] = draw(rng, 1, N_X - 1)
+    lengths[0], lengths[-1] = draw(rng, 1, N_X - 1), N_X  # one row padded, one complete
     mask = (torch.arange(N_X) < lengths[:, None])[:, None, :]  # (B, 1, N_X), broadcast over queries
     y, w = pair(student.scaled_dot_product_attention(q, k, v, mask), "attention with a mask")
     want_y, want_w = reference(q, k, v, mask)
@@ -114,7 +114,7 @@ def test_sdpa_broadcast_mask(student, rng):
 def test_sdpa_fully_masked_rows(student, rng):
     q, k, v = qkv(rng, (draw(rng, 1, 3),), min_queries=2)
     mask = torch.rand(*q.shape[:-1], k.shape[-2], generator=rng) > 0.5
-    mask[..., 1:, 0] = True  # every other query sees at least one key
+    mask[..., 1:, :2] = True  # every other query sees at least two keys
     mask[..., 0, :] = False
     got = student.scaled_dot_product_attention.backward(q, k, v, mask)
     y, w = got.output
