@@ -134,6 +134,13 @@ def test_sources_are_what_the_generator_writes():
                 (c.id, c.cell_type, c.metadata.get("nbgrader")) for c in committed.cells
             ], f"solutions/{name} was edited by hand: rerun build.py {name}"
             assert submission(nb, {}).cells, name
+            auto, manual = nb.totals()  # the "What is graded" table states the same points
+            table = next(c.source for c in committed.cells if "## What is graded" in c.source)
+            total = re.search(r"\*\*(\d+)\*\* \((\d+) automatic \+ (\d+) by hand\)", table)
+            assert total and tuple(map(float, total.groups())) == (auto + manual, auto, manual)
+            rows = re.findall(r"^\| (.+?) \| (hidden tests|by hand) \| (\d+) \|$", table, re.M)
+            assert sum(float(p) for _, kind, p in rows if kind == "hidden tests") == auto, name
+            assert sum(float(p) for _, kind, p in rows if kind == "by hand") == manual, name
             expected = json.loads(
                 (ROOT / "autograder" / "samples" / name / "expected.json").read_text()
             )
