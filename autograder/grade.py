@@ -291,35 +291,19 @@ class RunnerPool:
 # ---------------------------------------------------------------------------------------------
 
 
-class Grader:
-    """Grades submissions of one assignment; use as a context manager."""
+class Runners:
+    """A working folder and a pool of warm runners, shared by the Graders of one command."""
 
-    def __init__(
-        self,
-        course: Course,
-        assignment: str,
-        options: Options | None = None,
-        *,
-        suite: Path | None = None,
-        hide: list[Path] | None = None,
-    ):
-        self.course, self.assignment = course, assignment
-        self.options = options or Options()
-        self.suite = Path(suite or course.suite_dir(assignment)).resolve()
-        if not self.suite.is_dir():
-            raise SystemExit(f"error: no hidden suite for {assignment!r} at {self.suite}")
-        self.release = course.release_notebooks(assignment)
-        self.grade_cells = course.grade_cells(assignment)
-        self.hide = list(hide or [])
-        self.pool: RunnerPool | None = None
-        self.manifest: dict = {}
+    def __init__(self, course: Course, options: Options, hide: list[Path]):
+        self.course, self.options, self.hide = course, options, hide
         self.run_dir: Path | None = None
+        self.pool: RunnerPool | None = None
 
-    def __enter__(self) -> Grader:
+    def __enter__(self) -> Runners:
         self.run_dir = Path(tempfile.mkdtemp(prefix="autograder-run-"))
         ini = self.run_dir / "pytest.ini"
         ini.write_text("[pytest]\n")
-        hidden = self.course.hidden_paths(self.suite, self.run_dir, *self.hide)
+        hidden = self.course.hidden_paths(self.run_dir, *self.hide)
         protected = [PACKAGE_ROOT, Path(sys.prefix), Path(sys.base_prefix), Path.cwd()]
         hidden = [h for h in hidden if not any(_is_ancestor(Path(h), p) for p in protected)]
         o = self.options
@@ -331,13 +315,76 @@ class Grader:
                 "limits": {"cpu": o.cpu, "address_space": int(max(4.0, o.memory_gib) * 1024**3)},
             },
         }
-        self.pool = RunnerPool(max(1, o.jobs), init, self.run_dir)
-        manifest_path = self.run_dir / "manifest.json"
+        try:
+            self.pool = RunnerPool(max(1, o.jobs), init, self.run_dir)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def log(self) -> str:
+        logs = sorted(self.run_dir.glob("runner*.log")) if self.run_dir else []
+        return "\n".join(p.read_text(errors="replace")[-2000:] for p in logs)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+        if self.run_dir is not None and not os.environ.get("AUTOGRADER_KEEP_RUN"):
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+class Grader:
+    """Grades submissions of one assignment; use as a context manager. Pass ``runners`` to share
+    warm runners between assignments (their hidden folders must then cover every suite)."""
+
+    def __init__(
+        self,
+        course: Course,
+        assignment: str,
+        options: Options | None = None,
+        *,
+        suite: Path | None = None,
+        hide: list[Path] | None = None,
+        runners: Runners | None = None,
+    ):
+        self.course, self.assignment = course, assignment
+        self.options = options or Options()
+        self.suite = Path(suite or course.suite_dir(assignment)).resolve()
+        if not self.suite.is_dir():
+            raise SystemExit(f"error: no hidden suite for {assignment!r} at {self.suite}")
+        self.release = course.release_notebooks(assignment)
+        self.grade_cells = course.grade_cells(assignment)
+        self.hide = list(hide or [])
+        self.shared = runners
+        self.runners: Runners | None = runners
+        self.manifest: dict = {}
+
+    @property
+    def pool(self) -> RunnerPool | None:
+        return self.runners.pool if self.runners else None
+
+    @property
+    def run_dir(self) -> Path | None:
+        return self.runners.run_dir if self.runners else None
+
+    def __enter__(self) -> Grader:
+        if self.shared is None:
+            self.runners = Runners(self.course, self.options, [self.suite, *self.hide]).__enter__()
+        try:
+            self._collect()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _collect(self) -> None:
+        manifest_path = self.run_dir / f"{self.assignment}.manifest.json"
         reply = self.pool.call(
             {"op": "collect", "suite": str(self.suite), "manifest": str(manifest_path)}
         )
         if not manifest_path.exists():
-            raise RuntimeError(f"collecting the hidden suite failed: {reply}\n{self._log()}")
+            raise RuntimeError(f"collecting the hidden suite failed: {reply}\n{self.runners.log()}")
         self.manifest = json.loads(manifest_path.read_text())
         if self.manifest["errors"]:
             raise SystemExit(
@@ -345,17 +392,11 @@ class Grader:
             )
         if not self.manifest["tests"]:
             raise SystemExit(f"error: the hidden suite {self.suite} has no tests")
-        return self
-
-    def _log(self) -> str:
-        logs = sorted(self.run_dir.glob("runner*.log")) if self.run_dir else []
-        return "\n".join(p.read_text(errors="replace")[-2000:] for p in logs)
 
     def __exit__(self, *exc: Any) -> None:
-        if self.pool is not None:
-            self.pool.close()
-        if self.run_dir is not None and not os.environ.get("AUTOGRADER_KEEP_RUN"):
-            shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self.shared is None and self.runners is not None:
+            self.runners.__exit__()
+            self.runners = None
 
     @property
     def sandbox_report(self) -> dict:
@@ -400,7 +441,7 @@ class Grader:
                 load_timeout=self.options.load_timeout,
                 default_notebook=default,
             )
-            stem = f"sub{index}"
+            stem = f"{self.assignment}-sub{index}"
             task_path = self.run_dir / f"{stem}.task.json"
             task_path.write_text(json.dumps(task))
             results_path = self.run_dir / f"{stem}.results.jsonl"

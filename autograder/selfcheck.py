@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from .course import Course
-from .grade import Grader, Options, Submission, discover
+from .grade import Grader, Options, Runners, Submission, discover
 
 TOLERANCE = 1e-6
 
@@ -167,9 +167,23 @@ def _table_row(assignment: str, name: str, row: dict, expected: float | None, ok
 
 def selfgrade(course: Course, names: list[str], options: Options, out: Path) -> int:
     table: list[dict] = []
+    suites = [course.suite_dir(a) for a in names]
+    with Runners(course, options, suites) as runners:
+        _selfgrade(course, names, options, runners, table)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(table, indent=1))
+    print_table(table)
+    bad = [r for r in table if not r["ok"]]
+    print(f"self-grade: {len(table) - len(bad)}/{len(table)} as expected (details in {out})")
+    return 1 if bad else 0
+
+
+def _selfgrade(
+    course: Course, names: list[str], options: Options, runners: Runners, table: list[dict]
+) -> None:
     for assignment in names:
         try:
-            with Grader(course, assignment, options) as grader:
+            with Grader(course, assignment, options, runners=runners) as grader:
                 release = list(grader.release)
                 subs = [
                     reference_submission(course, assignment, release),
@@ -200,9 +214,3 @@ def selfgrade(course: Course, names: list[str], options: Options, out: Path) -> 
                  "reason": "listed in expected.json but no such sample",
                  "details": ["listed in expected.json but no such sample"]}
             )  # fmt: skip
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(table, indent=1))
-    print_table(table)
-    bad = [r for r in table if not r["ok"]]
-    print(f"self-grade: {len(table) - len(bad)}/{len(table)} as expected (details in {out})")
-    return 1 if bad else 0
