@@ -153,6 +153,7 @@ def test_fallback_sandbox_blocks_the_same_cheats(course, tmp_path):
     run = corpus.cli(
         "--course-dir", str(course), "grade", A, "--submissions", str(chosen), "--out",
         str(out_dir), "--sandbox", "fallback", "--timeout", "2", "--no-gradebook", "--quiet",
+        "--jobs", "1",
     )  # fmt: skip
     listener.close()
     assert "socket creation blocked" in run.stdout

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -90,7 +91,19 @@ def _grade_corpus(folder: Path) -> dict:
         "--timeout", "2", "--load-timeout", "3", "--jobs", "2", "--quiet",
     )  # fmt: skip
     listener.close()
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    nbgrader = []  # nbgrader's own tools on the grader's gradebook and autograded notebooks
+    for args in (
+        ["generate_feedback", corpus.ASSIGNMENT, "--student", "nan_gradients"],
+        ["export"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "nbgrader", *args],
+            cwd=root, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        nbgrader.append((args, done.returncode, done.stdout[-2000:] + done.stderr[-2000:]))
     return {
+        "nbgrader": nbgrader,
         "root": str(root),
         "stdout": run.stdout,
         "expected": expected,
@@ -228,25 +241,8 @@ def test_scores_are_in_nbgrader_and_its_tools_work(graded):
         assert grade.auto_score == 0
         manual = gb.find_grade("explain_scaling", "fx_attention", corpus.ASSIGNMENT, "partial")
         assert manual.auto_score is None and manual.needs_manual_grade
-    import os
-
-    nb_env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-    }
-    for args in (
-        ["generate_feedback", corpus.ASSIGNMENT, "--student", "nan_gradients"],
-        ["export"],
-    ):
-        out = subprocess.run(
-            [sys.executable, "-m", "nbgrader", *args],
-            cwd=root,
-            env=nb_env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert out.returncode == 0, out.stdout + out.stderr
+    for args, code, output in graded["nbgrader"]:
+        assert code == 0, f"nbgrader {' '.join(args)} failed:\n{output}"
     html = root / "grading" / "feedback" / "nan_gradients" / corpus.ASSIGNMENT / "fx_attention.html"
     assert "test_attention_gradients" in html.read_text()
     exported = (root / "grades.csv").read_text()
