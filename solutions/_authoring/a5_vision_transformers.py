@@ -278,8 +278,10 @@ def build() -> Builder:
         (`course_lib.vision`, `course_lib.models`, `course_lib.attention`, `course_lib.layers`),
         directly or through an alias; `patchify` and `patch_embed` may not use a convolution
         or `unfold` (they are the reshape form); `train_vit` trains on the data it is given and
-        may not load data itself (`course_lib.data`, `sklearn`). Reshapes, `permute`, `torch.roll`,
-        `nn.Linear`, `nn.LayerNorm`, `F.pad`, `torch.softmax` and PyTorch's optimizers are fine.
+        may not load data itself, so do not import `course_lib.data` or `sklearn` in your own
+        cells (the set-up cell below loads the digits for your experiments). Reshapes, `permute`,
+        `torch.roll`, `nn.Linear`, `nn.LayerNorm`, `F.pad`, `torch.softmax` and PyTorch's
+        optimizers are fine.
         """,
         gid="grading",
     )
