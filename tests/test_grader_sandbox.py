@@ -57,6 +57,14 @@ def spawn():
 def fork():
     return os.fork()
 
+def thread_bomb():
+    import threading, time
+    started = 0
+    while started < 100000:
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+        started += 1
+    return started
+
 def die(code):
     os._exit(code)
 
@@ -193,6 +201,12 @@ def test_no_processes(student):
     for call in (st.spawn, st.fork):
         with pytest.raises(proxy.StudentError, match="not allowed"):
             call()
+
+
+def test_a_thread_bomb_is_bounded(student):
+    st, _, zygote = student
+    with pytest.raises(proxy.StudentError, match="can't start new thread"):
+        st.thread_bomb()
 
 
 def test_a_dead_worker_is_replaced(student):
