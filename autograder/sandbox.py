@@ -505,6 +505,8 @@ def _install_audit_hook(cwd: str, hidden: list[str], *, block_sockets: bool) -> 
 
     def hook(event: str, args: tuple) -> None:
         if event == "open":
+            if isinstance(args[0], int) and args[0] > 2:
+                raise PermissionError(errno.EPERM, "opening raw file descriptors is not allowed")
             path = resolve(args[0])
             if path is None:
                 return

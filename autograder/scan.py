@@ -44,7 +44,22 @@ TAMPER_NAMES = (
     "torch._C.DisableTorchFunction",
     "torch._C.DisableTorchFunctionSubclass",
     "torch._C._DisableTorchDispatch",
+    # raw file descriptors: the worker's channel to the grader is one
+    "os.write",
+    "os.writev",
+    "os.pwrite",
+    "os.sendfile",
+    "os.dup",
+    "os.dup2",
+    "os.fdopen",
+    "socket.fromfd",
+    "socket.send_fds",
 )
+# Attributes that walk the interpreter's frames or rewrite functions, whatever the object.
+TAMPER_ATTRIBUTES = {
+    "f_back", "f_locals", "f_globals", "f_builtins", "tb_frame", "gi_frame", "cr_frame",
+    "ag_frame", "__globals__", "__closure__", "__code__", "__subclasses__",
+}  # fmt: skip
 # Assigning to an attribute of these modules is monkeypatching (torch.backends.* is configuration).
 PATCHABLE_ROOTS = (
     "torch", "numpy", "math", "course_lib", "autograder", "builtins", "sys", "pytest",
@@ -160,6 +175,11 @@ def scan(extracted: list[Extracted]) -> ScanResult:
                 name = qualify(node)
                 if name:
                     refs.append(Reference(name, line, e.label, "name"))
+                if node.attr in TAMPER_ATTRIBUTES:
+                    result.tampering.append(
+                        f"{e.label}, line {line}: uses .{node.attr} (introspecting the "
+                        "interpreter is not allowed)"
+                    )
             elif isinstance(node, ast.Name):
                 if node.id in aliases:
                     refs.append(Reference(aliases[node.id], line, e.label, "name"))

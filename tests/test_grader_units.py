@@ -223,6 +223,12 @@ def test_scan_reports_tampering_but_not_provided_code():
         ("import torch\ndef f():\n    setattr(torch, 'allclose', None)", "setattr"),
         ("class M:\n    def __torch_function__(self, *a):\n        pass", "__torch_function__"),
         ("def f():\n    return __builtins__", "__builtins__"),
+        ("import os\ndef f(fd):\n    os.write(fd, b'x')", "os.write"),
+        (
+            "def f():\n    try:\n        1 / 0\n    except Exception as e:\n"
+            "        return e.__traceback__.tb_frame.f_back",
+            "tb_frame",
+        ),
     ]:
         assert any(needle in t for t in _scan(code).tampering), code
     provided = "from course_lib.checks import check_close\nimport ctypes"
