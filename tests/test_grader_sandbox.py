@@ -24,6 +24,8 @@ import math, os, socket, subprocess, sys, resource
 import torch
 from torch import nn
 
+EPS = 1e-6
+
 def attention(q, k, v):
     return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v
 
@@ -267,6 +269,7 @@ def test_missing_names_are_reported_clearly(student):
     with pytest.raises(proxy.MissingDefinition, match="does not define 'nope'"):
         st.nope()
     assert st.has("attention") and not st.has("nope")
+    assert st.get("EPS") == 1e-6 and isinstance(st.get("attention"), proxy.Remote)
 
 
 def test_library_objects_can_be_built_in_the_worker_and_passed_to_student_code(student):
