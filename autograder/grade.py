@@ -3,32 +3,46 @@
 :class:`Grader` starts ``jobs`` runners (:mod:`autograder.runner`), asks one for the suite's
 manifest, then hands each prepared submission to the next free runner. Every submission gets a
 row, whatever is wrong with it: a reason, its files' SHA-256, per-test points and messages.
+Anything that goes wrong with one submission (an unreadable file, a bug this file's code has not
+met yet, a runner that died) becomes that submission's row, with ``fault`` saying whose fault it
+is ("student" or "grader"); the other submissions are graded as usual. Rows are handed to
+``on_row`` as soon as each is graded, so the outputs never wait for the whole batch.
+
+The records (:class:`Row`, :class:`TestResult`, :class:`CellScore`) are dataclasses;
+``Grader.grade`` returns them as plain dicts (``Row.to_dict()``), the shape of ``report.json``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import queue
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .course import PACKAGE_ROOT, Course
 from .notebook import (
+    MAX_CODE_BYTES,
     Cell,
     NotebookError,
     assemble,
+    clean_text,
     extract,
     read_notebook,
+    review,
     sha256_file,
 )
 from .scan import scan
@@ -57,10 +71,96 @@ class Submission:
     base: Path
     notes: list[str] = field(default_factory=list)
     error: str | None = None
+    id: str = ""  # a safe, unique folder name for this student's outputs (see safe_name)
+    submitted: bool = True  # False: an entry of the folder that is not a submission
+
+    def __post_init__(self) -> None:
+        self.id = self.id or safe_name(self.student)
+
+
+# ---------------------------------------------------------------------------------------------
+# Result records (report.json holds them as dicts)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TestResult:
+    nodeid: str
+    cell: str | None
+    max_points: float
+    points: float
+    status: str  # "passed" or "failed"
+    message: str = ""
+    output: str = ""
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TestResult:
+        """A result line written by the grading process, its types checked."""
+
+        def num(x: Any) -> float:
+            return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else 0.0
+
+        def text(x: Any) -> str:
+            return clean_text(x) if isinstance(x, str) else ""
+
+        status = "passed" if data.get("status") == "passed" else "failed"
+        return cls(
+            nodeid=text(data.get("nodeid")),
+            cell=data.get("cell") if isinstance(data.get("cell"), str) else None,
+            max_points=num(data.get("max_points")),
+            points=num(data.get("points")) if status == "passed" else 0.0,
+            status=status,
+            message=text(data.get("message")),
+            output=text(data.get("output")),
+        )
+
+
+@dataclass
+class CellScore:
+    notebook: str
+    grade_id: str | None
+    score: float = 0.0
+    max_score: float = 0.0
+
+
+@dataclass
+class Row:
+    """One submission's grade: what report.json, grades.csv and feedback are written from."""
+
+    student: str
+    id: str  # the student's output folder name (unique in the batch, safe on any filesystem)
+    status: str = "graded"  # "graded" or "error" (nothing could be graded)
+    reason: str | None = None
+    fault: str | None = None  # None, "student" (the submission) or "grader" (a grader fault)
+    submitted: bool = True
+    files: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)  # for the instructor: extra cells, ...
+    notebooks: dict[str, dict] = field(default_factory=dict)
+    answers: dict[str, dict[str, str]] = field(default_factory=dict)
+    tests: dict[str, TestResult] = field(default_factory=dict)
+    cells: dict[str, CellScore] = field(default_factory=dict)
+    workers: dict[str, int] = field(default_factory=dict)
+    score: float = 0.0
+    max_score: float = 0.0
+    percent: float = 0.0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.@+-]")
 
 
 def safe_name(student: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.@+-]", "_", student) or "_"
+    """A folder name for ``student``: the id itself when it is already safe, else a slug and a
+    short hash of the id (so ``kim lee`` and ``kim_lee`` never share a folder)."""
+    slug = _UNSAFE.sub("_", student)[:80].strip(".") or "_"
+    if slug == student and slug not in (".", ".."):
+        return slug
+    digest = hashlib.sha256(student.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{slug}-{digest}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -68,33 +168,71 @@ def safe_name(student: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+IGNORED_ENTRIES = {".ipynb_checkpoints", ".DS_Store", "__MACOSX", "Thumbs.db"}
+
+
 def discover(folder: Path, assignment: str, release: list[str]) -> list[Submission]:
-    """Submissions in nbgrader's ``<student>/<assignment>/`` layout, per-student folders, or a
-    plain folder of notebooks (one file per student, named after the student)."""
+    """Submissions in ``folder``, its layout recognised entry by entry: nbgrader's
+    ``<student>/<assignment>/``, a per-student folder of notebooks, or one notebook file per
+    student (named after the student). Every other entry gets a row that says why it is not
+    graded; hidden entries (``.name``) are skipped."""
     folder = Path(folder)
     if not folder.is_dir():
         raise SystemExit(f"error: submissions folder {folder} does not exist")
     found: list[Submission] = []
     used: set[str] = set()
 
-    def unique(name: str) -> str:
-        candidate, n = name, 2
-        while candidate in used:
-            candidate, n = f"{name}-{n}", n + 1
-        used.add(candidate)
-        return candidate
+    def unique(student: str, **kwargs: Any) -> Submission:
+        sub = Submission(student, **kwargs)
+        candidate, n = sub.id, 2
+        while candidate.lower() in used:  # case-insensitive filesystems too
+            candidate, n = f"{sub.id}-{n}", n + 1
+        used.add(candidate.lower())
+        if candidate != sub.id:
+            sub.student = f"{student}-{n - 1}"
+        sub.id = candidate
+        return sub
 
-    entries = [e for e in sorted(folder.iterdir()) if not e.name.startswith(".")]
-    nbgrader_layout = any((e / assignment).is_dir() for e in entries if e.is_dir())
+    entries = [
+        e
+        for e in sorted(folder.iterdir())
+        if not e.name.startswith(".") and e.name not in IGNORED_ENTRIES
+    ]
     for entry in entries:
-        if entry.is_dir() and nbgrader_layout and not (entry / assignment).is_dir():
-            continue  # this student submitted other assignments, not this one
-        if entry.is_dir():
-            inner = entry / assignment if (entry / assignment).is_dir() else entry
-            found.append(_folder_submission(unique(entry.name), inner, release))
-        elif entry.is_file():
-            student = unique(entry.stem)
-            sub = Submission(student, {}, [entry], folder)
+        try:
+            info = entry.lstat()
+        except OSError as error:
+            sub = unique(entry.name, notebooks={}, files=[], base=folder, submitted=False)
+            sub.error = f"{entry.name!r} cannot be read ({error.strerror})"
+            found.append(sub)
+            continue
+        if stat.S_ISLNK(info.st_mode) or not (
+            stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)
+        ):
+            what = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a file or folder"
+            sub = unique(entry.stem, notebooks={}, files=[], base=folder)
+            sub.error = f"{entry.name} is {what}: refused (submit the notebook file itself)"
+            found.append(sub)
+        elif stat.S_ISDIR(info.st_mode):
+            inner = entry / assignment
+            if _is_dir(inner):
+                found.append(_folder_submission(entry.name, inner, release, unique=unique))
+            elif _lexists(inner):
+                sub = unique(entry.name, notebooks={}, files=[], base=folder)
+                sub.error = f"{entry.name}/{assignment} is not a folder: refused"
+                found.append(sub)
+            elif any(_is_file_entry(p) for p in _children(entry)) or not _children(entry):
+                found.append(_folder_submission(entry.name, entry, release, unique=unique))
+            else:
+                names = ", ".join(sorted(p.name for p in _children(entry))[:5])
+                sub = unique(entry.name, notebooks={}, files=[], base=folder, submitted=False)
+                sub.error = (
+                    f"no submission of {assignment}: the folder {entry.name} holds only folders "
+                    f"({names}), none named {assignment}"
+                )
+                found.append(sub)
+        else:
+            sub = unique(entry.stem, notebooks={}, files=[entry], base=folder)
             if len(release) == 1:
                 sub.notebooks[release[0]] = entry
             else:
@@ -105,17 +243,71 @@ def discover(folder: Path, assignment: str, release: list[str]) -> list[Submissi
     return found
 
 
-def _folder_submission(student: str, folder: Path, release: list[str]) -> Submission:
-    files = sorted(
-        p for p in folder.rglob("*") if p.is_file() and ".ipynb_checkpoints" not in p.parts
-    )
-    sub = Submission(student, {}, files[:MAX_FILES], folder)
+def _lexists(path: Path) -> bool:
+    return os.path.lexists(path)
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _is_file_entry(path: Path) -> bool:
+    """A file, a link or anything else that is not a folder (a folder's own files)."""
+    return not _is_dir(path)
+
+
+def _children(folder: Path) -> list[Path]:
+    try:
+        return [p for p in folder.iterdir() if p.name not in IGNORED_ENTRIES]
+    except OSError:
+        return []
+
+
+def _walk(folder: Path) -> tuple[list[Path], list[Path]]:
+    """Regular files under ``folder`` and everything else (links, pipes, devices), without
+    following links."""
+    files, refused = [], []
+    for root, dirs, names in os.walk(folder, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d not in IGNORED_ENTRIES)
+        for d in dirs:
+            if os.path.islink(os.path.join(root, d)):
+                refused.append(Path(root) / d)
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
+        for name in sorted(names):
+            if name in IGNORED_ENTRIES:
+                continue
+            path = Path(root) / name
+            try:
+                regular = stat.S_ISREG(path.lstat().st_mode)
+            except OSError:
+                regular = False
+            (files if regular else refused).append(path)
+        if len(files) > 10 * MAX_FILES:
+            break
+    return sorted(files), refused
+
+
+def _folder_submission(
+    student: str,
+    folder: Path,
+    release: list[str],
+    unique: Callable[..., Submission] | None = None,
+) -> Submission:
+    files, refused = _walk(folder)
+    make = unique or Submission
+    sub = make(student, notebooks={}, files=files[:MAX_FILES], base=folder)
     if len(files) > MAX_FILES:
         sub.notes.append(f"{len(files)} files submitted; only the first {MAX_FILES} were recorded")
+    if refused:
+        names = ", ".join(str(p.relative_to(folder)) for p in refused[:5])
+        sub.notes.append(f"links and special files refused (not read): {names}")
     top = [p for p in files if p.parent == folder and p.suffix == ".ipynb"]
     for name in release:
         path = folder / name
-        sub.notebooks[name] = path if path.is_file() else None
+        sub.notebooks[name] = path if _lexists(path) else None
     missing = [n for n, p in sub.notebooks.items() if p is None]
     spare = [p for p in top if p.name not in sub.notebooks]
     if len(missing) == 1 and len(spare) == 1:
@@ -129,7 +321,7 @@ def _folder_submission(student: str, folder: Path, release: list[str]) -> Submis
             f"extra files ignored: {names}{more} (only the notebook's code is graded; files "
             "next to it, such as a course_lib.py or autograder.py, are never imported)"
         )
-    if not files:
+    if not files and not refused:
         sub.error = "empty submission folder: no notebook was submitted"
     return sub
 
@@ -139,27 +331,22 @@ def _folder_submission(student: str, folder: Path, release: list[str]) -> Submis
 # ---------------------------------------------------------------------------------------------
 
 
-def prepare(sub: Submission, release: dict[str, list[Cell]]) -> tuple[dict, dict]:
+def prepare(sub: Submission, release: dict[str, list[Cell]]) -> tuple[dict, Row]:
     """Return (task for the runner, row skeleton)."""
-    row: dict[str, Any] = {
-        "student": sub.student,
-        "status": "graded",
-        "reason": None,
-        "files": [],
-        "notes": list(sub.notes),
-        "notebooks": {},
-    }
+    row = Row(student=sub.student, id=sub.id, notes=list(sub.notes), submitted=sub.submitted)
     for path in sub.files:
         try:
-            row["files"].append(
-                {
-                    "path": str(path.relative_to(sub.base)),
-                    "sha256": sha256_file(path),
-                    "size": path.stat().st_size,
-                }
+            rel = str(path.relative_to(sub.base))
+        except ValueError:
+            rel = path.name
+        try:
+            if not stat.S_ISREG(path.lstat().st_mode):
+                raise OSError("not a regular file")
+            row.files.append(
+                {"path": rel, "sha256": sha256_file(path), "size": path.lstat().st_size}
             )
         except OSError as error:
-            row["files"].append({"path": str(path), "error": str(error)})
+            row.files.append({"path": rel, "error": str(error)})
     task: dict[str, Any] = {"student": sub.student, "notebooks": {}}
     reasons = []
     if sub.error:
@@ -178,14 +365,23 @@ def prepare(sub: Submission, release: dict[str, list[Cell]]) -> tuple[dict, dict
         except NotebookError as error:
             reasons.append(str(error))
             continue
-        row["notebooks"][name] = {"file": path.name, "sha256": read.sha256}
-        answers = row.setdefault("answers", {}).setdefault(name, {})
+        row.notebooks[name] = {"file": path.name, "sha256": read.sha256}
+        answers = row.answers.setdefault(name, {})
         for cell in read.cells:
             gid = cell.nbgrader.get("grade_id")
             if cell.nbgrader.get("solution") and gid and gid not in answers:
                 answers[gid] = cell.source
         chunks, notes = assemble(read.cells, release[name])
         notes = read.notes + notes
+        row.flags.extend(f"{name}: {f}" if len(release) > 1 else f for f in review(
+            read.cells, release[name]))  # fmt: skip
+        size = sum(len(c.source.encode("utf-8")) for c in chunks if c.origin == "student")
+        if size > MAX_CODE_BYTES:
+            reasons.append(
+                f"{name}: the code in the solution cells is {size / 1024:.0f} KB, over the "
+                f"{MAX_CODE_BYTES // 1024} KB limit per notebook; it was not graded"
+            )
+            continue
         extracted = []
         for chunk in chunks:
             ex, more = extract(chunk)
@@ -200,11 +396,12 @@ def prepare(sub: Submission, release: dict[str, list[Cell]]) -> tuple[dict, dict
                 "tampering": result.tampering,
             },
         }
-        row["notes"].extend(f"{name}: {n}" if len(release) > 1 else n for n in notes)
+        row.notes.extend(f"{name}: {n}" if len(release) > 1 else n for n in notes)
     if reasons:
-        row["reason"] = "; ".join(reasons)
+        row.reason = "; ".join(reasons)
+        row.fault = "student"
         if not task["notebooks"]:
-            row["status"] = "error"
+            row.status = "error"
     return task, row
 
 
@@ -406,7 +603,13 @@ class Grader:
     def tests(self) -> list[dict]:
         return self.manifest["tests"]
 
-    def grade(self, submissions: list[Submission]) -> list[dict]:
+    def grade(
+        self,
+        submissions: list[Submission],
+        on_row: Callable[[dict], None] | None = None,
+    ) -> list[dict]:
+        """One row (a dict, see :class:`Row`) per submission, in order. ``on_row`` receives
+        each row as soon as it is graded (calls are serialised)."""
         rows: list[dict | None] = [None] * len(submissions)
         bar = None
         if self.options.progress and len(submissions) > 1:
@@ -416,9 +619,12 @@ class Grader:
         lock = threading.Lock()
 
         def work(index: int) -> None:
-            rows[index] = self._grade_one(submissions[index], index)
-            if bar is not None:
-                with lock:
+            row = self._grade_safely(submissions[index], index)
+            rows[index] = row
+            with lock:
+                if on_row is not None:
+                    on_row(row)
+                if bar is not None:
                     bar.update(1)
 
         with ThreadPoolExecutor(max_workers=max(1, self.options.jobs)) as pool:
@@ -427,12 +633,43 @@ class Grader:
             bar.close()
         return [r for r in rows if r is not None]
 
-    def _grade_one(self, sub: Submission, index: int) -> dict:
+    def _grade_safely(self, sub: Submission, index: int) -> dict:
+        """``_grade_one``, or a row that says what went wrong in the grader."""
+        start = time.monotonic()
+        try:
+            return self._grade_one(sub, index).to_dict()
+        except Exception as error:  # a grader bug must cost one row, not the batch
+            detail = "".join(traceback.format_exception_only(type(error), error)).strip()
+            sys.stderr.write(
+                f"grader fault on {sub.student!r}:\n{traceback.format_exc()}"[-4000:] + "\n"
+            )
+            row = Row(
+                student=sub.student,
+                id=sub.id,
+                status="error",
+                fault="grader",
+                submitted=sub.submitted,
+                reason=f"grader fault while grading this submission: {detail[:300]}",
+            )
+            row.tests, row.cells = self._zero_tests(row.reason), {}
+            row.cells = self._cells(row.tests)
+            row.max_score = round(sum(c.max_score for c in row.cells.values()), 6)
+            row.seconds = round(time.monotonic() - start, 3)
+            return row.to_dict()
+
+    def _zero_tests(self, why: str) -> dict[str, TestResult]:
+        return {
+            e["nodeid"]: TestResult(e["nodeid"], e["cell"], float(e["points"]), 0.0, "failed",
+                                    f"not graded: {why}")
+            for e in self.tests
+        }  # fmt: skip
+
+    def _grade_one(self, sub: Submission, index: int) -> Row:
         start = time.monotonic()
         task, row = prepare(sub, self.release)
-        results: dict[str, dict] = {}
-        run_reason = row["reason"] if row["status"] == "error" else None
-        if row["status"] != "error":
+        results: dict[str, TestResult] = {}
+        run_reason = row.reason if row.status == "error" else None
+        if row.status != "error":
             default = next(iter(self.release))
             task.update(
                 assignment=self.assignment,
@@ -443,7 +680,7 @@ class Grader:
             )
             stem = f"{self.assignment}-sub{index}"
             task_path = self.run_dir / f"{stem}.task.json"
-            task_path.write_text(json.dumps(task))
+            task_path.write_text(json.dumps(task), encoding="utf-8")
             results_path = self.run_dir / f"{stem}.results.jsonl"
             session_path = self.run_dir / f"{stem}.session.json"
             reply = self.pool.call(
@@ -457,63 +694,67 @@ class Grader:
                 }
             )
             if results_path.exists():
-                for line in results_path.read_text().splitlines():
-                    if line.strip():
-                        result = json.loads(line)
-                        results[result["nodeid"]] = result
+                for line in results_path.read_text(errors="replace").splitlines():
+                    try:
+                        result = TestResult.from_dict(json.loads(line))
+                    except (ValueError, AttributeError, TypeError):
+                        continue  # a line cut short by a crash
+                    results[result.nodeid] = result
             if session_path.exists():
-                for name, info in json.loads(session_path.read_text()).items():
+                try:
+                    session = json.loads(session_path.read_text(errors="replace"))
+                except ValueError:
+                    session = {}
+                for name, info in session.items() if isinstance(session, dict) else ():
                     for note in info.get("load_notes", []):
-                        row["notes"].append(f"while loading your code: {note}")
-                    row.setdefault("workers", {})[name] = info.get("workers_started", 0)
-            if reply.get("timed_out"):
-                run_reason = f"the submission exceeded its {self.options.wall:.0f} s time limit"
+                        row.notes.append(f"while loading your code: {note}")
+                    row.workers[name] = info.get("workers_started", 0)
+            out_of_time = any("total time limit" in r.message for r in results.values())
+            if reply.get("timed_out") or out_of_time:
+                run_reason = (
+                    f"the submission exceeded its {self.options.wall:.0f} s time limit; the "
+                    "tests not finished by then scored 0"
+                )
+                row.fault = row.fault or "student"
             elif reply.get("error") or reply.get("exit"):
                 run_reason = f"grading stopped unexpectedly ({reply.get('error') or reply})"
-        tests = {}
+                row.fault = "grader"
         for entry in self.tests:
             result = results.get(entry["nodeid"])
             if result is None:
-                why = run_reason or row["reason"] or "the test did not run"
-                result = {
-                    "nodeid": entry["nodeid"],
-                    "cell": entry["cell"],
-                    "max_points": entry["points"],
-                    "points": 0.0,
-                    "status": "failed",
-                    "message": f"not graded: {why}",
-                    "output": "",
-                }
-            tests[entry["nodeid"]] = result
-        row["tests"] = tests
-        if run_reason and not row["reason"]:
-            row["reason"] = run_reason
-        row["cells"] = self._cells(tests)
-        row["score"] = round(sum(c["score"] for c in row["cells"].values()), 6)
-        row["max_score"] = round(sum(c["max_score"] for c in row["cells"].values()), 6)
-        row["percent"] = round(100 * row["score"] / row["max_score"], 2) if row["max_score"] else 0
-        row["seconds"] = round(time.monotonic() - start, 3)
+                why = run_reason or row.reason or "the test did not run"
+                result = TestResult(entry["nodeid"], entry["cell"], float(entry["points"]), 0.0,
+                                    "failed", f"not graded: {why}")  # fmt: skip
+                if run_reason is None and row.reason is None:
+                    run_reason = "some tests did not run"
+                    row.fault = row.fault or "grader"
+            row.tests[entry["nodeid"]] = result
+        if run_reason and not row.reason:
+            row.reason = run_reason
+        row.cells = self._cells(row.tests)
+        row.score = round(sum(c.score for c in row.cells.values()), 6)
+        row.max_score = round(sum(c.max_score for c in row.cells.values()), 6)
+        row.percent = round(100 * row.score / row.max_score, 2) if row.max_score else 0
+        row.seconds = round(time.monotonic() - start, 3)
+        row.notes = [clean_text(n) for n in row.notes]
         return row
 
-    def _cells(self, tests: dict[str, dict]) -> dict[str, dict]:
-        cells: dict[str, dict] = {}
+    def _cells(self, tests: dict[str, TestResult]) -> dict[str, CellScore]:
+        cells: dict[str, CellScore] = {}
         notebook_of = {
             e["nodeid"]: e.get("notebook") or next(iter(self.release)) for e in self.tests
         }
         for nodeid, result in tests.items():
-            key = f"{notebook_of[nodeid]}::{result['cell']}"
-            cell = cells.setdefault(
-                key,
-                {"notebook": notebook_of[nodeid], "grade_id": result["cell"], "score": 0.0,
-                 "max_score": 0.0},
-            )  # fmt: skip
-            cell["score"] += result["points"]
-            cell["max_score"] += result["max_points"]
+            notebook = notebook_of.get(nodeid) or next(iter(self.release))
+            key = f"{notebook}::{result.cell}"
+            cell = cells.setdefault(key, CellScore(notebook, result.cell))
+            cell.score += result.points
+            cell.max_score += result.max_points
         for cell in cells.values():
-            declared = self.grade_cells.get((cell["notebook"], cell["grade_id"]))
+            declared = self.grade_cells.get((cell.notebook, cell.grade_id))
             if declared is not None and declared.points:
-                cell["score"] = min(cell["score"], declared.points)
-                cell["max_score"] = declared.points
+                cell.score = min(cell.score, declared.points)
+                cell.max_score = declared.points
         return cells
 
 

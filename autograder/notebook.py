@@ -8,7 +8,12 @@ never written to), decoded, parsed and matched against the trusted release noteb
 - read-only (locked) provided cells contribute the *release's* code, so editing or deleting them
   changes nothing;
 - grade cells (the visible checks) are skipped: the score comes from the hidden suite;
-- cells the student added without nbgrader metadata contribute the student's code (helpers).
+- code cells of the release without nbgrader metadata contribute the *release's* code.
+
+The code graded is therefore the release's skeleton with the student's solution cells in it,
+exactly what the autograded notebook shows. Code the student put anywhere else (added cells, cells
+whose type was changed, second copies of a ``grade_id``) is not run; :func:`review` lists it for
+the instructor and the notes tell the student.
 
 From that code only imports, function and class definitions and constant assignments are kept
 (:func:`extract`); IPython magics, shell escapes and top-level statements such as a training run
@@ -20,13 +25,19 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 MAX_NOTEBOOK_BYTES = 64 * 1024**2
+# Student code parsed per notebook (solution cells): parsing costs ~640 bytes of memory per byte.
+MAX_CODE_BYTES = 256 * 1024
 MAX_NOTES = 40
+MAX_INT_DIGITS = 64  # longer JSON integers (an execution_count of 5,000 digits) are not parsed
+CELL_TYPES = ("code", "markdown", "raw")
 
 # Calls allowed on the right-hand side of a kept module-level assignment (cheap and pure).
 SAFE_CALLS = {
@@ -79,28 +90,85 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` without lone surrogates (from JSON escapes such as ``"\\ud800"``), which no
+    encoder accepts; they become U+FFFD."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
 def _source_text(source: Any) -> str:
     if isinstance(source, list):
-        return "".join(s if isinstance(s, str) else str(s) for s in source)
-    return source if isinstance(source, str) else ""
+        return clean_text("".join(s for s in source if isinstance(s, str)))
+    return clean_text(source) if isinstance(source, str) else ""
+
+
+def _safe_int(digits: str) -> int | None:
+    return int(digits) if len(digits) <= MAX_INT_DIGITS else None
+
+
+def _nbgrader_meta(meta: dict, index: int, notes: list[str]) -> dict:
+    """The nbgrader fields the grader reads, with their types checked (a student wrote them)."""
+    out: dict[str, Any] = {}
+    gid = meta.get("grade_id")
+    if isinstance(gid, str) and gid:
+        out["grade_id"] = clean_text(gid)[:200]
+    elif gid is not None:
+        notes.append(f"cell {index}: its grade_id is not text ({type(gid).__name__}); ignored")
+    for key in ("solution", "grade", "locked"):
+        if meta.get(key) is True:
+            out[key] = True
+    points = meta.get("points")
+    if isinstance(points, (int, float)) and not isinstance(points, bool):
+        out["points"] = points
+    return out
+
+
+def _read_regular(path: Path, max_bytes: int) -> bytes:
+    """The bytes of ``path`` if it is a regular file that is not a symbolic link."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        raise NotebookError(f"missing: {path.name} was not submitted") from None
+    except OSError as error:
+        raise NotebookError(f"{path.name} cannot be read ({error.strerror})") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise NotebookError(
+            f"{path.name} is a symbolic link, not a file: links are refused; submit the notebook "
+            "itself"
+        )
+    if not stat.S_ISREG(info.st_mode):
+        raise NotebookError(f"{path.name} is not a regular file (a folder, pipe or device)")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as error:
+        raise NotebookError(f"{path.name} cannot be read ({error.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise NotebookError(f"{path.name} is not a regular file")
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise NotebookError(
+                f"{path.name} is empty (0 bytes): save the notebook and submit again"
+            )
+        if size > max_bytes:
+            raise NotebookError(
+                f"{path.name} is {size / 1024**2:.0f} MB, over the {max_bytes / 1024**2:.0f} MB "
+                "limit: clear the outputs (Kernel > Restart & Clear Output) and submit again"
+            )
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise NotebookError(f"{path.name} is over the {max_bytes / 1024**2:.0f} MB limit")
+    return data
 
 
 def read_notebook(path: Path, *, max_bytes: int = MAX_NOTEBOOK_BYTES) -> ReadResult:
     """Parse ``path`` as a v4 notebook without trusting it; raise NotebookError with a reason."""
     path = Path(path)
-    if not path.exists():
-        raise NotebookError(f"missing: {path.name} was not submitted")
-    if not path.is_file():
-        raise NotebookError(f"{path.name} is not a file")
-    size = path.stat().st_size
-    if size == 0:
-        raise NotebookError(f"{path.name} is empty (0 bytes): save the notebook and submit again")
-    if size > max_bytes:
-        raise NotebookError(
-            f"{path.name} is {size / 1024**2:.0f} MB, over the {max_bytes / 1024**2:.0f} MB limit:"
-            " clear the outputs (Kernel > Restart & Clear Output) and submit again"
-        )
-    data = path.read_bytes()
+    data = _read_regular(path, max_bytes)
+    size = len(data)
     digest = hashlib.sha256(data).hexdigest()
     notes: list[str] = []
     for magic, what in MAGIC_FILE_SIGNATURES.items():
@@ -115,7 +183,7 @@ def read_notebook(path: Path, *, max_bytes: int = MAX_NOTEBOOK_BYTES) -> ReadRes
         )
         text = data.decode("utf-8", errors="replace")
     try:
-        nb = json.loads(text)
+        nb = json.loads(text, parse_int=_safe_int)
     except json.JSONDecodeError as error:
         raise NotebookError(
             f"{path.name} is not a notebook: invalid JSON at line {error.lineno}, column "
@@ -123,6 +191,10 @@ def read_notebook(path: Path, *, max_bytes: int = MAX_NOTEBOOK_BYTES) -> ReadRes
         ) from None
     except RecursionError:
         raise NotebookError(f"{path.name} is not a notebook: JSON nested too deeply") from None
+    except (ValueError, MemoryError) as error:
+        raise NotebookError(
+            f"{path.name} is not a notebook: its JSON cannot be read ({type(error).__name__})"
+        ) from None
     if not isinstance(nb, dict):
         raise NotebookError(f"{path.name} is not a notebook: the JSON is not an object")
     if "worksheets" in nb or nb.get("nbformat", 4) != 4:
@@ -135,12 +207,13 @@ def read_notebook(path: Path, *, max_bytes: int = MAX_NOTEBOOK_BYTES) -> ReadRes
         raise NotebookError(f"{path.name} is not a notebook: it has no list of cells")
     cells = []
     for i, raw in enumerate(raw_cells):
-        if not isinstance(raw, dict) or not isinstance(raw.get("cell_type"), str):
+        if not isinstance(raw, dict) or raw.get("cell_type") not in CELL_TYPES:
             notes.append(f"cell {i} is malformed and was skipped")
             continue
         metadata = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
         meta = metadata.get("nbgrader") if isinstance(metadata.get("nbgrader"), dict) else {}
-        cells.append(Cell(i, raw["cell_type"], _source_text(raw.get("source")), dict(meta)))
+        meta = _nbgrader_meta(meta, i, notes)
+        cells.append(Cell(i, raw["cell_type"], _source_text(raw.get("source")), meta))
     return ReadResult(cells=cells, sha256=digest, size=size, notes=notes, raw=nb)
 
 
@@ -168,57 +241,116 @@ class CodeChunk:
 
 
 def assemble(student: list[Cell], release: list[Cell]) -> tuple[list[CodeChunk], list[str]]:
-    """The code cells to run, in notebook order, with release code for provided cells."""
+    """The code to run, in the release's order: the student's solution cells (by ``grade_id``,
+    first copy), the release's own code for read-only and metadata-less cells. Notes say what
+    was ignored or restored; :func:`review` lists the same for the instructor."""
     notes: list[str] = []
-    by_id = {c.nbgrader["grade_id"]: c for c in release if c.nbgrader.get("grade_id")}
-    seen: dict[str, int] = {}
-    chunks: list[CodeChunk] = []
+    by_id: dict[str, list[Cell]] = {}
     for cell in student:
         gid = cell.nbgrader.get("grade_id")
-        if cell.cell_type != "code":
-            if gid in by_id:
-                seen[gid] = seen.get(gid, 0) + 1
-            continue
-        label = f"cell {cell.index}" + (f" ({gid})" if gid else "")
-        if gid and gid in by_id:
-            seen[gid] = seen.get(gid, 0) + 1
-            if seen[gid] == 2:
-                notes.append(f"grade_id {gid!r} appears more than once (duplicated cell)")
-            ref = by_id[gid]
-            role = cell_role(ref.nbgrader)
-            if role == "solution":
-                chunks.append(CodeChunk(label, cell.source, "student"))
-            elif role in ("grade", "locked"):
-                if cell.source.strip() != ref.source.strip():
-                    what = "check" if role == "grade" else "read-only"
-                    notes.append(
-                        f"{what} cell {gid!r} was edited; the edit was ignored"
-                        + (" (the hidden tests grade your code)" if role == "grade" else "")
-                    )
-                if role == "locked" and seen[gid] == 1:
-                    chunks.append(CodeChunk(label, ref.source, "release"))
-            else:
-                chunks.append(CodeChunk(label, cell.source, "student"))
-        elif cell_role(cell.nbgrader) in ("grade",):
-            notes.append(
-                f"cell {cell.index} claims to be a grade cell {gid!r} unknown to the release"
-            )
-        else:
-            chunks.append(CodeChunk(label, cell.source, "student"))
-    provided = []
+        if gid:
+            by_id.setdefault(gid, []).append(cell)
+    chunks: list[CodeChunk] = []
     for ref in release:
         gid = ref.nbgrader.get("grade_id")
-        if not gid or gid in seen:
+        role = cell_role(ref.nbgrader) if gid else "plain"
+        if ref.cell_type != "code":
             continue
-        role = cell_role(ref.nbgrader)
-        if role == "locked" and ref.cell_type == "code":
-            provided.append(CodeChunk(f"provided cell ({gid})", ref.source, "release"))
-            notes.append(f"read-only cell {gid!r} was deleted; it was restored from the release")
-        elif role == "solution":
-            notes.append(f"solution cell {gid!r} is missing (deleted?)")
-        elif role == "grade":
-            notes.append(f"grade cell {gid!r} is missing (deleted?)")
-    return provided + chunks, notes
+        if role == "plain":
+            chunks.append(CodeChunk(f"provided cell {ref.index}", ref.source, "release"))
+            continue
+        copies = by_id.get(gid, [])
+        if len(copies) > 1:
+            notes.append(
+                f"grade_id {gid!r} appears more than once (duplicated cell): only the first "
+                "copy counts"
+            )
+        mine = copies[0] if copies else None
+        if mine is not None and mine.cell_type != "code":
+            notes.append(
+                f"cell {gid!r} was changed from a code cell to {mine.cell_type}: its content "
+                "was not graded"
+            )
+            mine = None
+        if role == "solution":
+            if mine is None:
+                if not copies:
+                    notes.append(f"solution cell {gid!r} is missing (deleted?)")
+                continue
+            chunks.append(CodeChunk(f"cell {mine.index} ({gid})", mine.source, "student"))
+        elif role in ("grade", "locked"):
+            if mine is None and not copies:
+                if role == "locked":
+                    notes.append(
+                        f"read-only cell {gid!r} was deleted; it was restored from the release"
+                    )
+                else:
+                    notes.append(f"grade cell {gid!r} is missing (deleted?)")
+            elif mine is not None and mine.source.strip() != ref.source.strip():
+                what = "check" if role == "grade" else "read-only"
+                notes.append(
+                    f"{what} cell {gid!r} was edited; the edit was ignored"
+                    + (" (the hidden tests grade your code)" if role == "grade" else "")
+                )
+            if role == "locked":
+                label = f"cell {mine.index} ({gid})" if mine is not None else f"provided ({gid})"
+                chunks.append(CodeChunk(label, ref.source, "release"))
+    for cell in review_cells(student, release)["extra"]:
+        notes.append(
+            f"cell {cell.index} holds code that is not part of the assignment (an added or "
+            "edited cell without nbgrader metadata): it was not graded; put your code in the "
+            "solution cells"
+        )
+    for cell in student:
+        gid = cell.nbgrader.get("grade_id")
+        if gid and gid not in {r.nbgrader.get("grade_id") for r in release}:
+            if cell_role(cell.nbgrader) == "grade":
+                notes.append(
+                    f"cell {cell.index} claims to be a grade cell {gid!r} unknown to the release"
+                )
+    return chunks, notes
+
+
+def review_cells(student: list[Cell], release: list[Cell]) -> dict[str, list]:
+    """What in ``student`` departs from the release, for the instructor.
+
+    ``extra``: code cells with code that are not release cells (no known ``grade_id`` and not
+    equal to a metadata-less release cell); ``duplicated``: grade_ids present more than once;
+    ``retyped``: grade_ids whose cell type differs from the release's.
+    """
+    known = {c.nbgrader["grade_id"]: c for c in release if c.nbgrader.get("grade_id")}
+    plain = {c.source.strip() for c in release if not c.nbgrader.get("grade_id")}
+    counts: dict[str, int] = {}
+    extra, retyped = [], []
+    for cell in student:
+        gid = cell.nbgrader.get("grade_id")
+        if gid in known:
+            counts[gid] = counts.get(gid, 0) + 1
+            if counts[gid] == 1 and cell.cell_type != known[gid].cell_type:
+                retyped.append(gid)
+        elif cell.cell_type == "code" and cell.source.strip() and cell.source.strip() not in plain:
+            if not _only_comments(cell.source):
+                extra.append(cell)
+    duplicated = sorted(g for g, n in counts.items() if n > 1)
+    return {"extra": extra, "duplicated": duplicated, "retyped": retyped}
+
+
+def review(student: list[Cell], release: list[Cell]) -> list[str]:
+    """One line per departure from the release (see :func:`review_cells`)."""
+    found = review_cells(student, release)
+    flags = []
+    if found["extra"]:
+        cells = ", ".join(str(c.index) for c in found["extra"][:10])
+        flags.append(f"extra code cells not graded: {cells}")
+    if found["duplicated"]:
+        flags.append("duplicated grade_id: " + ", ".join(found["duplicated"][:10]))
+    if found["retyped"]:
+        flags.append("changed cell type: " + ", ".join(found["retyped"][:10]))
+    return flags
+
+
+def _only_comments(source: str) -> bool:
+    return all(not line.strip() or line.lstrip().startswith("#") for line in source.split("\n"))
 
 
 # --------------------------------------------------------------------------------------------

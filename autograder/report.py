@@ -2,72 +2,212 @@
 
 Everything a student receives is built from test names, points, the failure messages the tests
 chose to show and the student's own output: never from the hidden suite's source.
+
+Rows are written as they are graded (:class:`ReportWriter`): each row's feedback folder at once,
+one line appended to ``grades.csv`` and ``report.json`` replaced, so a crash later in the run
+loses nothing already graded. Text that comes from student code (messages, printed output, file
+names, student ids) is written so that it cannot act: escaped in Markdown, inside code fences
+longer than any run of backticks it holds, truncated; CSV cells that a spreadsheet would read as a
+formula get a leading ``'``. Files are written with encodings that cannot fail.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
+import re
+import threading
 from pathlib import Path
+from typing import Any
 
 from .grade import safe_name
+from .notebook import clean_text
+
+MAX_MESSAGE_LINES = 30
+MAX_LINE = 300
+MAX_INLINE = 500
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
+
+
+def clean(value: Any) -> Any:
+    """``value`` with every string free of lone surrogates (JSON-able, encodable)."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    return value
+
+
+def _write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically, with an encoding that cannot fail."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8", errors="backslashreplace")
+    os.replace(tmp, path)
+
+
+def folder_name(row: dict) -> str:
+    return row.get("id") or safe_name(row["student"])
+
+
+class ReportWriter:
+    """Writes ``report.json``, ``grades.csv`` and ``feedback/<id>/`` under ``out`` row by row."""
+
+    def __init__(self, out: Path, assignment: str, tests: list[dict], sandbox: dict):
+        self.out, self.assignment = Path(out), assignment
+        self.tests, self.sandbox = tests, sandbox
+        self.rows: list[dict] = []
+        self.errors: list[str] = []
+        self.lock = threading.Lock()
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._flush()
+
+    def add(self, row: dict) -> None:
+        """Write one graded row now; a failure is recorded in ``errors``, never raised."""
+        with self.lock:
+            row = clean({k: v for k, v in row.items() if k != "answers"})
+            self.rows.append(row)
+            try:
+                write_feedback(self.out, self.assignment, row)
+            except Exception as error:  # one row's files must not stop the others
+                self.errors.append(f"feedback for {row['student']!r}: {error}")
+            try:
+                self._flush()
+            except Exception as error:
+                self.errors.append(f"report for {row['student']!r}: {error}")
+
+    def finish(self, rows: list[dict] | None = None) -> None:
+        """Rewrite the tables with ``rows`` (the final order), or the rows added so far."""
+        with self.lock:
+            if rows is not None:
+                self.rows = [clean({k: v for k, v in r.items() if k != "answers"}) for r in rows]
+            self._flush()
+
+    def _flush(self) -> None:
+        report = {
+            "assignment": self.assignment,
+            "sandbox": self.sandbox,
+            "tests": self.tests,
+            "rows": self.rows,
+        }
+        _write(self.out / "report.json", json.dumps(clean(report), indent=1))
+        write_csv(self.out / "grades.csv", self.rows, self.tests)
 
 
 def write_all(
     out: Path, assignment: str, rows: list[dict], tests: list[dict], sandbox: dict
-) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    report = {"assignment": assignment, "sandbox": sandbox, "tests": tests, "rows": rows}
-    (out / "report.json").write_text(json.dumps(report, indent=1))
-    write_csv(out / "grades.csv", rows, tests)
+) -> list[str]:
+    """Every output at once (for callers that have all rows); returns the write errors."""
+    writer = ReportWriter(out, assignment, tests, sandbox)
     for row in rows:
-        folder = out / "feedback" / safe_name(row["student"])
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "feedback.md").write_text(feedback_markdown(assignment, row))
-        (folder / "results.json").write_text(json.dumps(gradescope_results(row), indent=1))
+        writer.add(row)
+    return writer.errors
+
+
+def write_feedback(out: Path, assignment: str, row: dict) -> None:
+    folder = Path(out) / "feedback" / folder_name(row)
+    folder.mkdir(parents=True, exist_ok=True)
+    _write(folder / "feedback.md", feedback_markdown(assignment, row))
+    _write(folder / "results.json", json.dumps(clean(gradescope_results(row)), indent=1))
+
+
+def csv_cell(value: Any) -> Any:
+    """A CSV cell a spreadsheet shows as text: formulas (``=``, ``+``, ``-``, ``@``, tab, CR)
+    get a leading ``'``."""
+    if isinstance(value, str):
+        value = clean_text(value)
+        if value.startswith(FORMULA_START):
+            return "'" + value
+    return value
 
 
 def write_csv(path: Path, rows: list[dict], tests: list[dict]) -> None:
     columns = [t["nodeid"] for t in tests]
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(
-            ["student", "status", "score", "max_score", "percent", *columns, "sha256", "reason"]
+    lines = []
+    header = ["student", "status", "score", "max_score", "percent", *columns, "sha256", "reason"]
+    lines.append(header + ["flags"])
+    for row in rows:
+        shas = ";".join(
+            f"{name}={info['sha256']}" for name, info in sorted(row["notebooks"].items())
+        ) or ";".join(f["sha256"] for f in row["files"] if "sha256" in f)
+        test_points = []
+        for c in columns:
+            result = row["tests"].get(c)
+            test_points.append(_num(result["points"]) if result else "")
+        lines.append(
+            [
+                row["student"],
+                row["status"],
+                _num(row["score"]),
+                _num(row["max_score"]),
+                row["percent"],
+                *test_points,
+                shas,
+                row["reason"] or "",
+                "; ".join(row.get("flags") or []),
+            ]
         )
-        for row in rows:
-            shas = ";".join(
-                f"{name}={info['sha256']}" for name, info in sorted(row["notebooks"].items())
-            ) or ";".join(f["sha256"] for f in row["files"] if "sha256" in f)
-            writer.writerow(
-                [
-                    row["student"],
-                    row["status"],
-                    _num(row["score"]),
-                    _num(row["max_score"]),
-                    row["percent"],
-                    *[_num(row["tests"][c]["points"]) for c in columns],
-                    shas,
-                    row["reason"] or "",
-                ]
-            )
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", newline="", encoding="utf-8", errors="backslashreplace") as f:
+        writer = csv.writer(f)
+        for line in lines:
+            writer.writerow([csv_cell(x) for x in line])
+    os.replace(tmp, path)
 
 
 def _num(x: float) -> str:
     return f"{x:g}"
 
 
+# -- Markdown that student text cannot break out of ----------------------------------------------
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]#|~])")
+
+
+def md_text(text: Any, limit: int = MAX_INLINE) -> str:
+    """``text`` as inert Markdown on one line: HTML escaped, Markdown syntax backslashed,
+    line breaks flattened, truncated."""
+    text = clean_text(str(text))
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    if text[:1] in ("-", "+", "="):
+        text = "\\" + text  # no list item or heading underline at the start
+    return re.sub(r"^(\d+)([.)])", r"\1\\\2", text)  # nor a numbered item
+
+
+def md_code(text: Any, limit: int = MAX_INLINE) -> str:
+    """``text`` as an inline code span (one line, truncated) that its backticks cannot close."""
+    text = " ".join(clean_text(str(text)).split())[:limit]
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    return f"{fence} {text} {fence}"
+
+
+def md_block(text: str, indent: str = "") -> list[str]:
+    """``text`` as a fenced code block (lines truncated) that no line of it can close."""
+    lines = [line[:MAX_LINE] for line in clean_text(text).splitlines()[:MAX_MESSAGE_LINES]]
+    longest = max((len(run) for run in re.findall(r"`+|~+", "\n".join(lines))), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [indent + fence] + [indent + line for line in lines] + [indent + fence]
+
+
 def feedback_markdown(assignment: str, row: dict) -> str:
     lines = [
-        f"# {assignment}: feedback for {row['student']}",
+        f"# {md_text(assignment)}: feedback for {md_text(row['student'], 120)}",
         "",
         f"**Autograded score: {_num(row['score'])} / {_num(row['max_score'])}**"
         + (" (written answers are graded separately)" if row.get("manual_pending") else ""),
         "",
     ]
     if row["reason"]:
-        lines += [f"> {row['reason']}", ""]
+        lines += [f"> {md_text(row['reason'])}", ""]
     for info in (v for _, v in sorted(row["notebooks"].items())):
-        lines.append(f"- graded `{info['file']}` (SHA-256 `{info['sha256']}`)")
+        lines.append(f"- graded {md_code(info['file'])} (SHA-256 `{md_text(info['sha256'])}`)")
     if row["notebooks"]:
         lines.append("")
     by_cell: dict[str, list[dict]] = {}
@@ -75,23 +215,28 @@ def feedback_markdown(assignment: str, row: dict) -> str:
         by_cell.setdefault(result["cell"] or "(no cell)", []).append(result)
     for cell in row["cells"].values():
         results = by_cell.get(cell["grade_id"], [])
-        lines.append(f"## `{cell['grade_id']}`: {_num(cell['score'])} / {_num(cell['max_score'])}")
+        lines.append(
+            f"## {md_code(cell['grade_id'])}: {_num(cell['score'])} / {_num(cell['max_score'])}"
+        )
         lines.append("")
         for result in results:
             mark = "passed" if result["status"] == "passed" else "FAILED"
             lines.append(
-                f"- {mark} `{result['nodeid']}` "
+                f"- {mark} {md_code(result['nodeid'])} "
                 f"({_num(result['points'])} / {_num(result['max_points'])})"
             )
             if result["message"]:
                 lines.append("")
-                lines.append("  ```")
-                lines.extend("  " + m for m in result["message"].splitlines()[:30])
-                lines.append("  ```")
+                lines.extend(md_block(result["message"], indent="  "))
         lines.append("")
     if row["notes"]:
-        lines += ["## Notes", ""] + [f"- {note}" for note in row["notes"][:40]] + [""]
+        lines += ["## Notes", ""] + [f"- {md_text(note)}" for note in row["notes"][:40]] + [""]
     return "\n".join(lines)
+
+
+def _truncate(text: str, limit: int = 20_000) -> str:
+    text = clean_text(text)
+    return text if len(text) <= limit else text[:limit] + "\n… (truncated)"
 
 
 def gradescope_results(row: dict) -> dict:
@@ -106,7 +251,8 @@ def gradescope_results(row: dict) -> dict:
                 "score": result["points"],
                 "max_score": result["max_points"],
                 "status": "passed" if result["status"] == "passed" else "failed",
-                "output": output,
+                "output": _truncate(output),
+                "output_format": "text",
                 "visibility": "visible",
             }
         )
@@ -115,7 +261,8 @@ def gradescope_results(row: dict) -> dict:
     return {
         "score": row["score"],
         "execution_time": row.get("seconds", 0),
-        "output": "\n".join(summary),
+        "output": _truncate("\n".join(summary)),
+        "output_format": "text",
         "visibility": "visible",
         "stdout_visibility": "hidden",
         "tests": tests,

@@ -22,6 +22,7 @@ from autograder.notebook import (
     assemble,
     extract,
     read_notebook,
+    review,
     strip_magics,
 )
 from autograder.plugin import derive_seed
@@ -103,14 +104,13 @@ def test_assemble_uses_release_code_for_read_only_cells_and_skips_checks():
         _cell(3, "def helper():\n    return 2"),
     ]
     chunks, notes = assemble(student, release)
-    assert [c.source for c in chunks] == [
-        "import math",
-        "def f():\n    return 1",
-        "def helper():\n    return 2",
-    ]
-    assert [c.origin for c in chunks] == ["release", "student", "student"]
+    # only the solution cells' code is graded: an added metadata-less cell is not (reported)
+    assert [c.source for c in chunks] == ["import math", "def f():\n    return 1"]
+    assert [c.origin for c in chunks] == ["release", "student"]
     assert any("'check_f' was edited" in n for n in notes)
     assert any("'imports' was edited" in n for n in notes)
+    assert any("cell 3 holds code that is not part of the assignment" in n for n in notes)
+    assert review(student, release) == ["extra code cells not graded: 3"]
 
 
 def test_assemble_restores_deleted_read_only_cells_and_notes_missing_and_duplicates():
@@ -329,3 +329,154 @@ def test_configuration_and_ordinary_calls_are_not_tampering():
     code += "    gc.collect()\n    torch.manual_seed(0)\n"
     assert _scan(code).tampering == []
     assert _scan("import gc\ndef f():\n    return gc.get_objects()").tampering
+
+
+# -- hostile notebooks and outputs (issue 13) -------------------------------------------------
+
+
+def _nb_bytes(cells, **extra) -> bytes:
+    return json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells,
+                       **extra}).encode()  # fmt: skip
+
+
+def test_hostile_metadata_and_numbers_are_read_with_notes(tmp_path):
+    path = tmp_path / "nb.ipynb"
+    cells = [
+        {"cell_type": "markdown", "source": "x", "metadata": {"nbgrader": {"grade_id": ["a"]}}},
+        {"cell_type": "code", "source": "def f():\n    return '\ud800'", "outputs": [],
+         "execution_count": 0, "metadata": {"nbgrader": {"grade_id": "f", "solution": "yes"}}},
+    ]  # fmt: skip
+    raw = _nb_bytes(cells).replace(b'"execution_count": 0', b'"execution_count": ' + b"7" * 5000)
+    path.write_bytes(raw)
+    read = read_notebook(path)
+    assert "grade_id is not text" in read.notes[0]
+    assert read.cells[0].nbgrader == {}
+    assert read.cells[1].nbgrader == {"grade_id": "f"}  # "yes" is not True
+    assert "\ufffd" in read.cells[1].source
+    read.cells[1].source.encode("utf-8")  # no lone surrogate left
+
+
+def test_links_and_special_files_are_refused(tmp_path):
+    target = tmp_path / "secret.ipynb"
+    target.write_bytes(_nb_bytes([]))
+    link = tmp_path / "link.ipynb"
+    link.symlink_to(target)
+    with pytest.raises(NotebookError, match="symbolic link"):
+        read_notebook(link)
+    fifo = tmp_path / "fifo.ipynb"
+    os.mkfifo(fifo)
+    with pytest.raises(NotebookError, match="not a regular file"):
+        read_notebook(fifo)  # and does not block
+
+
+def test_assemble_grades_release_order_and_reports_retyped_and_duplicated_cells():
+    release = [
+        _cell(0, "def f(): ...", "f", solution=True),
+        _cell(1, "def g(): ...", "g", solution=True),
+    ]
+    student = [
+        Cell(0, "markdown", "def f(): return 1", {"grade_id": "f", "solution": True}),
+        _cell(1, "def g(): return 2", "g", solution=True),
+        _cell(2, "def g(): return 3", "g", solution=True),
+        _cell(3, "# just a comment"),
+    ]
+    chunks, notes = assemble(student, release)
+    assert [c.source for c in chunks] == ["def g(): return 2"]
+    assert any("changed from a code cell to markdown" in n for n in notes)
+    assert review(student, release) == ["duplicated grade_id: g", "changed cell type: f"]
+
+
+def test_student_ids_map_to_unique_safe_folders(tmp_path):
+    from autograder.grade import discover, safe_name
+
+    assert safe_name("kim_lee") == "kim_lee"
+    assert safe_name("kim lee") != safe_name("kim_lee")
+    assert safe_name("kim lee").startswith("kim_lee-")
+    assert safe_name("..") not in (".", "..") and "/" not in safe_name("../x")
+    for name in ("kim lee", "kim_lee", "Kim_Lee"):
+        (tmp_path / f"{name}.ipynb").write_bytes(_nb_bytes([]))
+    subs = discover(tmp_path, "a", ["a.ipynb"])
+    ids = [s.id for s in subs]
+    assert len({i.lower() for i in ids}) == 3, ids
+
+
+def test_mixed_layouts_and_non_submissions_each_get_an_entry(tmp_path):
+    from autograder.grade import discover
+
+    (tmp_path / "alice").mkdir()
+    (tmp_path / "alice" / "a.ipynb").write_bytes(_nb_bytes([]))
+    (tmp_path / "bob" / "a").mkdir(parents=True)
+    (tmp_path / "bob" / "a" / "a.ipynb").write_bytes(_nb_bytes([]))
+    (tmp_path / "carol" / "other").mkdir(parents=True)
+    (tmp_path / "dave.ipynb").symlink_to(tmp_path / "alice" / "a.ipynb")
+    subs = {s.student: s for s in discover(tmp_path, "a", ["a.ipynb"])}
+    assert set(subs) == {"alice", "bob", "carol", "dave"}
+    assert subs["alice"].notebooks["a.ipynb"] == tmp_path / "alice" / "a.ipynb"
+    assert subs["bob"].notebooks["a.ipynb"] == tmp_path / "bob" / "a" / "a.ipynb"
+    assert not subs["carol"].submitted and "only folders" in subs["carol"].error
+    assert "symbolic link" in subs["dave"].error
+
+
+def _row(**extra):
+    result = {"nodeid": "t.py::test_x", "cell": "c", "max_points": 1.0, "points": 0.0,
+              "status": "failed", "message": "", "output": ""}  # fmt: skip
+    row = {"student": "s", "id": "s", "status": "graded", "reason": None, "files": [],
+           "notes": [], "notebooks": {}, "tests": {"t.py::test_x": result}, "flags": [],
+           "cells": {"nb::c": {"notebook": "nb", "grade_id": "c", "score": 0.0,
+                               "max_score": 1.0}}, "score": 0.0, "max_score": 1.0,
+           "percent": 0.0}  # fmt: skip
+    for key, value in extra.items():
+        if key == "message":
+            result["message"] = value
+        else:
+            row[key] = value
+    return row
+
+
+def test_feedback_markdown_cannot_be_forged_or_run_html():
+    from autograder.report import feedback_markdown
+
+    message = "boom\n```\n\n## `c`: 23 / 23\n<script>alert(1)</script>"
+    text = feedback_markdown("a", _row(message=message, notes=["x\n# 23 / 23 <img onerror=1>"],
+                                       student="=evil <b>"))  # fmt: skip
+    lines = text.splitlines()
+    fence = next(line.strip() for line in lines if line.strip().startswith("```"))
+    assert len(fence) > 3 and lines.count("  " + fence) == 2  # opened and closed once
+    assert not any(line.startswith("#") and "23 / 23" in line for line in lines)
+    assert "<img" not in text and "<b>" not in text
+    assert "<script>" in text  # inside the code block, shown as text
+
+
+def test_outputs_survive_lone_surrogates_and_neutralise_formulas(tmp_path):
+    import csv
+
+    from autograder.report import ReportWriter
+
+    writer = ReportWriter(tmp_path, "a", [{"nodeid": "t.py::test_x"}], {})
+    writer.add(_row(message="bad \ud800 text", student="=1+2", id="_1_2-abc"))
+    writer.add(_row(student="@SUM(A1)", id="_SUM_A1_-def", reason="-2+3"))
+    assert writer.errors == []
+    with open(tmp_path / "grades.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["student"] for r in rows] == ["'=1+2", "'@SUM(A1)"]
+    assert rows[1]["reason"] == "'-2+3"
+    assert len(json.loads((tmp_path / "report.json").read_text())["rows"]) == 2
+    assert "\ufffd" in (tmp_path / "feedback" / "_1_2-abc" / "feedback.md").read_text()
+
+
+def test_check_close_rejects_complex_and_non_finite_values():
+    from course_lib.checks.core import CheckFailed, check_close, check_not_constant
+
+    expected = torch.ones(3)
+    bad = torch.ones(3, dtype=torch.complex64)
+    bad[0] = complex(1, float("nan"))
+    with pytest.raises(CheckFailed, match="complex"):
+        check_close(bad, expected)
+    with pytest.raises(CheckFailed, match="complex"):
+        check_close(torch.ones(3, dtype=torch.complex64), expected)
+    with pytest.raises(CheckFailed, match="NaN"):
+        check_close(torch.tensor([1.0, float("nan"), 1.0]), expected)
+    check_close(torch.ones(3, dtype=torch.complex64), torch.ones(3, dtype=torch.complex64))
+    with pytest.raises(CheckFailed, match="the same everywhere"):
+        check_not_constant(torch.zeros(2, 3))
+    check_not_constant(torch.arange(3.0))

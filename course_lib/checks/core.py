@@ -78,6 +78,10 @@ def close(actual: Tensor, expected: Tensor, *, atol: float = 1e-5, rtol: float =
     """``torch.allclose`` that is False (not an error) for different shapes or dtypes."""
     if not isinstance(actual, Tensor) or actual.shape != expected.shape:
         return False
+    if actual.is_complex() != expected.is_complex():
+        return False  # ``.double()`` would silently drop an imaginary part
+    if actual.is_complex():
+        return bool(torch.allclose(actual.cdouble(), expected.cdouble(), atol=atol, rtol=rtol))
     return bool(torch.allclose(actual.double(), expected.double(), atol=atol, rtol=rtol))
 
 
@@ -97,7 +101,12 @@ def check_close(
     of sqrt(D)") to the output that error produces on the same inputs.
     """
     check_shape(actual, tuple(expected.shape), name=name, dims=dims)
-    if actual.is_floating_point() and not torch.isfinite(actual).all():
+    if actual.is_complex() and not expected.is_complex():
+        raise CheckFailed(
+            f"{name} is a complex tensor ({actual.dtype}), expected real values ({expected.dtype}):"
+            " keep the computation real (no torch.fft or complex casts), or take .real"
+        )
+    if (actual.is_floating_point() or actual.is_complex()) and not torch.isfinite(actual).all():
         bad = ~torch.isfinite(actual)
         kind = "NaN" if torch.isnan(actual).any() else "inf"
         raise CheckFailed(
@@ -116,6 +125,26 @@ def check_close(
         f"at index {_where(diff)} (got {actual.flatten()[diff.argmax()].item():.5g}, expected "
         f"{expected.flatten()[diff.argmax()].item():.5g}); tolerance atol={atol:g}, rtol={rtol:g}."
     )
+
+
+def check_not_constant(actual: Any, *, name: str = "output", what: str = "its input") -> None:
+    """Check that ``actual`` is a finite tensor whose values are not all the same.
+
+    Property tests (invariance, causality, padding) are passed by any constant function; this
+    is the non-degeneracy half of such a test: the output has to depend on ``what``.
+    """
+    if not isinstance(actual, Tensor):
+        raise CheckFailed(f"{name} should be a torch.Tensor, got {type(actual).__name__}")
+    if actual.is_complex():
+        raise CheckFailed(f"{name} is a complex tensor ({actual.dtype}), expected real values")
+    values = actual.detach().double().flatten()
+    if values.numel() and not torch.isfinite(values).all():
+        raise CheckFailed(f"{name} contains NaN or inf")
+    if values.numel() < 2 or bool((values == values[0]).all()):
+        raise CheckFailed(
+            f"{name} is the same everywhere ({values[0].item() if values.numel() else 'empty'}): "
+            f"it should depend on {what}"
+        )
 
 
 def check_gradients(inputs: Mapping[str, Tensor]) -> None:

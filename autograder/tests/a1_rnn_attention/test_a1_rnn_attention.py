@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from course_lib.attention import AdditiveAttention, masked_softmax
 from course_lib.checks import check_close
 from course_lib.checks.a1 import reference_encoder_state, student_encoder_state
+from course_lib.checks.core import check_not_constant
 from course_lib.models.seq2seq import Decoder, Encoder, Seq2Seq, Seq2SeqConfig
 
 pytestmark = pytest.mark.forbid("course_lib")
@@ -92,6 +93,7 @@ def test_encoder_ignores_padding(student, rng):
     check_close(c2, c, name="c when the padding positions hold other tokens", atol=1e-5)
     pad_states = h[~keep]
     assert torch.all(pad_states == 0), "h must be zero at the padding positions"
+    check_not_constant(h[keep], name="h at the real tokens", what="the source tokens")
 
 
 # --------------------------------------------------------------------------------------------
@@ -248,6 +250,7 @@ def test_decoder_step_ignores_padding(student, rng):
     first, second = mine(y, s, h, mask), mine(y, s, noisy, mask)
     for name, a, b in zip(("logits", "state", "weights"), first, second):
         check_close(b, a, name=f"the {name} when padded encoder states change", atol=1e-5)
+    check_not_constant(first[0], name="the logits", what="the inputs")
 
 
 # --------------------------------------------------------------------------------------------
@@ -339,6 +342,10 @@ def test_sequence_loss_ignores_extra_padding(student, rng):
         student.sequence_loss(longer_logits, longer_tgt, PAD),
         student.sequence_loss(logits, tgt, PAD),
         name="the loss after adding padding positions",
+    )
+    loss = student.sequence_loss(logits, tgt, PAD)
+    assert isinstance(loss, torch.Tensor) and loss.numel() == 1 and float(loss) > 0, (
+        "the loss of random logits should be a positive number"
     )
     assert dy.inputs[0] is not None and torch.isfinite(dy.inputs[0]).all(), (
         "the loss is not differentiable with respect to the logits"

@@ -19,6 +19,7 @@ from torch import nn
 
 from course_lib.attention import AttentionLayer, SelfAttention
 from course_lib.checks import check_close
+from course_lib.checks.core import check_not_constant
 from course_lib.positional import sinusoidal_positional_encoding
 
 pytestmark = pytest.mark.forbid("sdpa", "multihead_attention", "course_lib")
@@ -241,6 +242,13 @@ def test_causal_self_attention_ignores_the_future(student, rng):
         y2[:, :t], y1[:, :t], name=f"the outputs before position {t} when later tokens change"
     )
     assert torch.all(w1.triu(1) == 0), "weights above the diagonal must be exactly 0"
+    # not passed by a constant function: the outputs depend on the tokens, the weights are a
+    # distribution over the visible positions, and positions from t on see the change
+    check_not_constant(y1, name="the causal self-attention output", what="the tokens")
+    check_close(w1.sum(-1), torch.ones(w1.shape[:-1]), name="the sum of each row of weights")
+    assert not torch.allclose(y2[:, t:], y1[:, t:]), (
+        f"the outputs from position {t} on did not change when the tokens there changed"
+    )
 
 
 # --------------------------------------------------------------------------------------------

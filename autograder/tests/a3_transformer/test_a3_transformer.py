@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from course_lib.checks import check_close
+from course_lib.checks.core import check_not_constant
 from course_lib.layers import FeedForward
 from course_lib.models.transformer import DecoderBlock, EncoderBlock, Transformer, TransformerConfig
 
@@ -269,6 +270,7 @@ def test_transformer_ignores_source_padding(student, rng):
     first, _ = mine(src, tgt_in)
     second, _ = mine(longer, tgt_in)
     check_close(second, first, name="the logits when the source gets extra padding", atol=1e-5)
+    check_not_constant(first, name="the logits", what="the source and target tokens")
 
 
 @pytest.mark.points(1, cell="check_transformer")
@@ -282,6 +284,7 @@ def test_transformer_is_causal(student, rng):
     second, _ = mine(src, changed)
     check_close(second[:, :t], first[:, :t], name=f"the logits before position {t} when later "
                 "target tokens change", atol=1e-5)  # fmt: skip
+    check_not_constant(first, name="the logits", what="the source and target tokens")
 
 
 def shift_eos(ref: Transformer, delta: float) -> None:

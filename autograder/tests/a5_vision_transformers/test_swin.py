@@ -9,6 +9,7 @@ import torch
 from a5_helpers import ATTENTION, close, draw, randomise
 from torch import Tensor
 
+from course_lib.checks.core import check_not_constant
 from course_lib.models.davit import ChannelAttention
 from course_lib.vision import PatchMerging, shifted_window_mask, window_partition
 
@@ -158,3 +159,4 @@ def test_channel_attention_is_token_permutation_equivariant(student, rng):
     y_permuted = mine(x[:, order])
     name = "ChannelAttention(x[:, perm]) against ChannelAttention(x)[:, perm]"
     close(y_permuted, y[:, order], name, atol=1e-4)
+    check_not_constant(y, name="ChannelAttention(x)", what="x")
