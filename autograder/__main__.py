@@ -58,7 +58,10 @@ def _single(folder: Path, student: str, release: list[str]) -> list[Submission]:
 
 
 def cmd_grade(args: argparse.Namespace, course: Course) -> int:
-    from .report import write_all
+    """Exit status: 0 every submission has its row (student faults are rows with a reason);
+    3 the run finished but some rows are grader faults (their ``fault`` is "grader") or an
+    output could not be written; 1 or 2 nothing was graded (configuration or usage error)."""
+    from .report import ReportWriter
 
     options = _options(args)
     source = Path(args.submissions) if args.submissions else course.submitted_dir
@@ -71,20 +74,30 @@ def cmd_grade(args: argparse.Namespace, course: Course) -> int:
             subs = discover(source, args.assignment, release)
         if not subs:
             print(f"no submissions found in {source}", file=sys.stderr)
-        rows = g.grade(subs)
-        tests, sandbox = g.tests, g.sandbox_report
-    manual = any(not c.autograded for c in g.grade_cells.values())
+        manual = any(not c.autograded for c in g.grade_cells.values())
+        writer = ReportWriter(out, args.assignment, g.tests, g.sandbox_report)
+
+        def on_row(row: dict) -> None:  # written as graded: a crash later loses nothing
+            row["manual_pending"] = manual
+            writer.add(row)
+
+        rows = g.grade(subs, on_row=on_row)
+        sandbox = g.sandbox_report
     answers = {}
     for row in rows:
         answers[row["student"]] = row.pop("answers", {})
         row["manual_pending"] = manual
-    write_all(out, args.assignment, rows, tests, sandbox)
+    writer.finish(rows)
     if args.gradescope:
         if len(rows) != 1:
             print("error: --gradescope needs exactly one submission", file=sys.stderr)
             return 2
         shutil.copyfile(
-            out / "feedback" / safe_name(rows[0]["student"]) / "results.json", args.gradescope
+            out
+            / "feedback"
+            / (rows[0].get("id") or safe_name(rows[0]["student"]))
+            / "results.json",
+            args.gradescope,
         )
     if not args.no_gradebook and rows:
         from .gradebook import record
@@ -98,7 +111,10 @@ def cmd_grade(args: argparse.Namespace, course: Course) -> int:
         reason = f"  ({row['reason']})" if row["reason"] else ""
         print(f"  {row['student']:<{width}} {row['score']:>6g} / {row['max_score']:<6g}{reason}")
     print(f"graded {len(rows)} submission(s); grades.csv, report.json and feedback/ in {out}")
-    return 0
+    faults = [f"{r['student']}: {r['reason']}" for r in rows if r.get("fault") == "grader"]
+    for fault in faults + writer.errors:
+        print(f"grader fault: {fault}", file=sys.stderr)
+    return 3 if faults or writer.errors else 0
 
 
 def cmd_check(args: argparse.Namespace, course: Course) -> int:
