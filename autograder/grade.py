@@ -637,7 +637,7 @@ class Grader:
         """``_grade_one``, or a row that says what went wrong in the grader."""
         start = time.monotonic()
         try:
-            return self._grade_one(sub, index).to_dict()
+            return _clean(self._grade_one(sub, index).to_dict())
         except Exception as error:  # a grader bug must cost one row, not the batch
             detail = "".join(traceback.format_exception_only(type(error), error)).strip()
             sys.stderr.write(
@@ -655,7 +655,7 @@ class Grader:
             row.cells = self._cells(row.tests)
             row.max_score = round(sum(c.max_score for c in row.cells.values()), 6)
             row.seconds = round(time.monotonic() - start, 3)
-            return row.to_dict()
+            return _clean(row.to_dict())
 
     def _zero_tests(self, why: str) -> dict[str, TestResult]:
         return {
@@ -756,6 +756,17 @@ class Grader:
                 cell.score = min(cell.score, declared.points)
                 cell.max_score = declared.points
         return cells
+
+
+def _clean(value: Any) -> Any:
+    """``value`` with no lone surrogate in any string (names read from a non-UTF-8 folder)."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
 
 
 def _is_ancestor(hidden: Path, path: Path) -> bool:
