@@ -3,10 +3,19 @@
 - ``solutions/`` is nbgrader's *source* directory: notebooks with solutions and grade metadata.
 - ``assignments/`` is its *release* directory: what students get (``make release`` regenerates it).
 - Everything produced while grading (submissions, autograded copies, feedback, the gradebook) lives
-  under one git-ignored working folder, ``grading/``.
+  under one git-ignored working folder, ``grading/`` (LMS downloads go to ``grading/downloaded/``).
+- ``nbgrader autograde`` (and formgrader's Autograde button) runs the course's sandboxed grader,
+  never the hidden tests in the student's kernel; ``nbgrader export`` writes autograded and manual
+  points per student (see ``autograder/nbbridge.py``).
+- Due dates: ``c.Autograder.due_dates`` below (read by ``python -m autograder grade``).
+- LMS downloads (``nbgrader zip_collect``): set ``COURSE_LMS`` to ``canvas`` (default), ``moodle``
+  or ``blackboard``. nbgrader matches the pattern against the *full path* of each extracted file,
+  so every pattern starts with ``.*/`` and none with ``^``.
 """
 
 import os
+import sys
+import warnings
 from pathlib import Path
 
 c = get_config()  # noqa: F821 (injected by traitlets when nbgrader loads this file)
@@ -24,6 +33,44 @@ c.CourseDirectory.autograded_directory = "grading/autograded"
 c.CourseDirectory.feedback_directory = "grading/feedback"
 c.CourseDirectory.solution_directory = "grading/solution"
 c.CourseDirectory.db_url = f"sqlite:///{WORK / 'gradebook.db'}"
+c.CourseDirectory.downloaded_directory = "grading/downloaded"
+
+# nbgrader imports the plug-ins below from this folder's `autograder` package.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+# nbgrader 0.9's queries raise SQLAlchemy 2 deprecation warnings by the hundred: silence them.
+warnings.filterwarnings("ignore", module=r"nbgrader(\.|$)")
+warnings.filterwarnings("ignore", message=r".*(SQLAlchemy|relationship|Query\.get).*")
+
+# Due dates (UTC unless a zone is given): lateness = submission time - due date.
+c.Autograder.due_dates = {
+    # "a2_self_attention": "2026-12-01 23:59:00 UTC",
+}
+
+# Never run the hidden tests in the student's kernel: route autograding to the course's grader.
+c.Autograde.sanitize_preprocessors = ["autograder.nbbridge.CourseGrader"]
+c.Autograde.autograde_preprocessors = []
+c.CourseGrader.course_root = str(ROOT)
+
+# `nbgrader export`: autograded points, manual points, lateness and the total per student.
+c.ExportApp.plugin_class = "autograder.nbbridge.CourseCsvExport"
+
+# `nbgrader zip_collect <name>`: put the LMS's zip in grading/downloaded/<name>/archive/.
+LMS_PATTERNS = {
+    # Canvas: smithjohn_12345_67890_a2_self_attention.ipynb (late: smithjohn_LATE_12345_...)
+    "canvas": r".*/(?P<name>[^/_]+)_(?:LATE_)?(?P<student_id>\d+)_\d+_(?P<file_id>[^/]+)$",
+    # Moodle: "John Smith_12345_assignsubmission_file_/a2.ipynb" (or the same without the slash)
+    "moodle": (
+        r".*/(?P<name>[^/_]+)_(?P<student_id>\d+)_assignsubmission_file_/?(?P<file_id>[^/]+)$"
+    ),
+    # Blackboard: A2_jsmith_attempt_2026-11-24-10-15-30_a2_self_attention.ipynb
+    "blackboard": (
+        r".*/[^/]*?_(?P<student_id>[^/_]+)_attempt_"
+        r"(?P<timestamp>\d{4}-\d{2}-\d{2}-\d{2}-\d{2}-\d{2})_?(?P<file_id>[^/]*)$"
+    ),
+}
+c.FileNameCollectorPlugin.named_regexp = LMS_PATTERNS[os.environ.get("COURSE_LMS", "canvas")]
+c.FileNameCollectorPlugin.valid_ext = [".ipynb", ".py"]
 
 # Releases must not depend on which files happen to sit beside a source notebook.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".DS_Store"]

@@ -1,4 +1,5 @@
-"""Command line: ``python -m autograder {release,grade,check,selfgrade,gradescope} ...``.
+"""Command line: ``python -m autograder {release,grade,check,selfgrade,fairness,gradescope,
+written} ...``.
 
 Run from the course folder (the one holding ``nbgrader_config.py``) or pass ``--course-dir``.
 """
@@ -43,6 +44,12 @@ def _add_limits(p: argparse.ArgumentParser, jobs: int = 2) -> None:
         help="namespaces where permitted (auto), required, or never (fallback)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def cmd_build(args: argparse.Namespace, course: Course) -> int:
+    from .authoring import build
+
+    return build(course, args.assignments)
 
 
 def cmd_release(args: argparse.Namespace, course: Course) -> int:
@@ -100,9 +107,12 @@ def cmd_grade(args: argparse.Namespace, course: Course) -> int:
             args.gradescope,
         )
     if not args.no_gradebook and rows:
+        from .bookkeeping import finish, quiet_sqlalchemy
         from .gradebook import record
 
+        quiet_sqlalchemy()
         record(course, args.assignment, rows, answers)
+        finish(course, args.assignment, subs, rows)  # timestamps, secrets, due date, outputs
     print(
         f"sandbox: {sandbox.get('network')}; {sandbox.get('filesystem')}; uid {sandbox.get('uid')}"
     )
@@ -138,14 +148,35 @@ def cmd_gradescope(args: argparse.Namespace, course: Course) -> int:
         if args.out
         else course.root / "autograder_out" / f"{args.assignment}-gradescope.zip"
     )
-    build(course, args.assignment, out)
+    build(course, args.assignment, out, visibility=args.visibility,
+          test_visibility=args.test_visibility)  # fmt: skip
     return 0
+
+
+def cmd_written(args: argparse.Namespace, course: Course) -> int:
+    from .written import write_all
+
+    source = Path(args.submissions) if args.submissions else course.submitted_dir
+    out = Path(args.out) if args.out else course.grading_dir / "written" / args.assignment
+    write_all(course, args.assignment, source, out)
+    return 0
+
+
+def cmd_fairness(args: argparse.Namespace, course: Course) -> int:
+    from .fairness import fairness
+
+    out = Path(args.out) if args.out else course.grading_dir / "fairness.json"
+    return fairness(course, args.assignments, _options(args), out, names=args.names)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
     parser.add_argument("--course-dir", help="the course folder (default: here, or this repo)")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("build", help="solutions/<name>/<name>.ipynb and samples from <name>.md")
+    p.add_argument("assignments", nargs="+")
+    p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("release", help="regenerate assignments/<name>/ from solutions/<name>/")
     p.add_argument("assignments", nargs="+")
@@ -178,7 +209,25 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("gradescope", help="write a Gradescope autograder zip")
     p.add_argument("assignment")
     p.add_argument("--out", help="zip path (default autograder_out/<assignment>-gradescope.zip)")
+    p.add_argument("--visibility", help="every test's Gradescope visibility (default visible)")
+    p.add_argument(
+        "--test-visibility", action="append", metavar="PATTERN=LEVEL",
+        help="visibility of the tests whose node id matches PATTERN (repeatable)",
+    )  # fmt: skip
     p.set_defaults(func=cmd_gradescope)
+
+    p = sub.add_parser("written", help="one HTML page per student with the written answers")
+    p.add_argument("assignment")
+    p.add_argument("--submissions", help="default: nbgrader's submitted/")
+    p.add_argument("--out", help="default grading/written/<assignment>/")
+    p.set_defaults(func=cmd_written)
+
+    p = sub.add_parser("fairness", help="grade each sample under many names; flag varying scores")
+    p.add_argument("assignments", nargs="+")
+    p.add_argument("--names", type=int, default=8, help="student names per sample (default 8)")
+    p.add_argument("--out", help="where to write the rows (default grading/fairness.json)")
+    _add_limits(p)
+    p.set_defaults(func=cmd_fairness)
 
     args = parser.parse_args(argv)
     course = Course(find_course(args.course_dir))
