@@ -73,7 +73,10 @@ c.FileNameCollectorPlugin.named_regexp = LMS_PATTERNS[os.environ.get("COURSE_LMS
 c.FileNameCollectorPlugin.valid_ext = [".ipynb", ".py"]
 
 # Releases must not depend on which files happen to sit beside a source notebook.
-c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".DS_Store"]
+# The text source of a notebook (solutions/<name>/<name>.md, with the solutions) is never released.
+c.CourseDirectory.ignore = [
+    ".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", ".DS_Store", "*.md"
+]  # fmt: skip
 
 # Student notebooks: stubs raise NotImplementedError so a blank function fails loudly, not silently.
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
