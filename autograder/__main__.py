@@ -52,6 +52,12 @@ def cmd_build(args: argparse.Namespace, course: Course) -> int:
     return build(course, args.assignments)
 
 
+def cmd_build(args: argparse.Namespace, course: Course) -> int:
+    from .authoring import build
+
+    return build(course, args.assignments)
+
+
 def cmd_release(args: argparse.Namespace, course: Course) -> int:
     from .release import release
 
@@ -173,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__)
     parser.add_argument("--course-dir", help="the course folder (default: here, or this repo)")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("build", help="solutions/<name>/<name>.ipynb and samples from <name>.md")
+    p.add_argument("assignments", nargs="+")
+    p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("build", help="solutions/<name>/<name>.ipynb and samples from <name>.md")
     p.add_argument("assignments", nargs="+")
