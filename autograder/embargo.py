@@ -24,10 +24,10 @@ student editions replace each embargoed object's body by its signature, docstrin
 same stub in a box (``book/_ext/embargo.py``); ``python -m autograder.embargo bundle`` writes the
 student bundle (``make student-bundle``).
 
-    python -m autograder.embargo list               # the schedule and what each assignment embargoes
+    python -m autograder.embargo list               # the schedule, what is embargoed
     python -m autograder.embargo wheel --out DIR    # the student wheel
     python -m autograder.embargo bundle [--book DIR] [--out dist/student]
-    python -m autograder.embargo scan PATH...       # embargoed statements found in files (0 = clean)
+    python -m autograder.embargo scan PATH...       # embargoed statements in files
 """
 
 from __future__ import annotations
@@ -405,7 +405,7 @@ def plan(root: Path = PACKAGE_ROOT, schedule: Path | None = None) -> Plan:
             if not matches:
                 result.notes.append(
                     f"{a.label}: {unit.qualname} has no reference of that name in "
-                    f"{', '.join(sorted(modules)) or 'course_lib'} (add it under 'also' if it has one)"
+                    f"{', '.join(sorted(modules)) or 'course_lib'} (list it under 'also' if any)"
                 )
             for module, qualname in matches:
                 item = Embargoed(module, qualname, a.name, unit.where(a.label))
@@ -698,7 +698,7 @@ are graded by hand.
 
 
 def build_bundle(p: Plan, out: Path, book: Path | None = None) -> Path:
-    """``out``/ (released notebooks, student wheel, book, README) and ``out``.zip; the zip's path."""
+    """Write ``out``/ (notebooks, student wheel, book, README) and ``out``.zip; return the zip."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -706,8 +706,8 @@ def build_bundle(p: Plan, out: Path, book: Path | None = None) -> Path:
     released = p.released()
     for a in released:
         src = p.root / "assignments" / a.name
-        shutil.copytree(src, out / "assignments" / a.name,
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))  # fmt: skip
+        skip = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
+        shutil.copytree(src, out / "assignments" / a.name, ignore=skip)
     if book is not None:
         shutil.copytree(
             book, out / "book", ignore=shutil.ignore_patterns(".doctrees", ".buildinfo")
