@@ -8,7 +8,10 @@ STAMP := $(VENV)/.installed
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 ASSIGNMENTS := $(notdir $(wildcard solutions/a*_*))
 
-.PHONY: all course install book release selfgrade summary test lint pytest book-smoke clean
+.PHONY: all course install book release selfgrade summary test lint pytest book-smoke clean student-bundle
+# The book's edition: student (graded objects whose solutions are not released show only their
+# signature and docstring; see course.yml) or instructor (everything).
+EDITION ?= student
 
 all: course
 
@@ -25,9 +28,10 @@ $(STAMP): pyproject.toml
 		echo "error: nvidia-* packages were installed; torch must stay pinned to the CPU build" >&2; exit 1; fi
 	@touch $(STAMP)
 
-## book: build the Jupyter Book to book/_build/html (warnings are errors).
+## book: build the Jupyter Book to book/_build/html (warnings are errors); EDITION=instructor
+## shows the graded objects' code too.
 book: install
-	$(VENV)/bin/jupyter-book build book --warningiserror --nitpick --keep-going
+	COURSE_EDITION=$(EDITION) $(VENV)/bin/jupyter-book build book --warningiserror --nitpick --keep-going
 
 ## release: regenerate the student releases in assignments/ from the nbgrader sources in solutions/.
 release: install
@@ -55,6 +59,12 @@ pytest: install
 
 book-smoke: install
 	$(VENV)/bin/jupyter-book build book --warningiserror --nitpick --keep-going --path-output build_artifacts/book-smoke
+
+## student-bundle: dist/student/ and dist/student.zip for students: the released notebooks, the
+## student wheel of course_lib, the student edition of the book (NO_BOOK=1 leaves it out), a README.
+student-bundle: install $(if $(NO_BOOK),,book)
+	@test "$(EDITION)" = student || { echo "error: the bundle takes the student edition" >&2; exit 1; }
+	$(PY) -m autograder.embargo bundle --out dist/student $(if $(NO_BOOK),,--book book/_build/html)
 
 clean:
 	rm -rf book/_build build_artifacts
