@@ -101,6 +101,10 @@ def cmd_grade(args: argparse.Namespace, course: Course) -> int:
         answers[row["student"]] = row.pop("answers", {})
         row["manual_pending"] = manual
     writer.finish(rows)
+    if not args.no_similarity and subs:
+        from .similarity import report_safely  # flags only: never changes a score
+
+        report_safely(course, args.assignment, subs, out)
     if args.gradescope:
         if len(rows) != 1:
             print("error: --gradescope needs exactly one submission", file=sys.stderr)
@@ -131,6 +135,12 @@ def cmd_grade(args: argparse.Namespace, course: Course) -> int:
     for fault in faults + writer.errors:
         print(f"grader fault: {fault}", file=sys.stderr)
     return 3 if faults or writer.errors else 0
+
+
+def cmd_similarity(args: argparse.Namespace, course: Course) -> int:
+    from .similarity import main as similarity
+
+    return similarity(args, course)
 
 
 def cmd_check(args: argparse.Namespace, course: Course) -> int:
@@ -202,8 +212,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="output folder (default autograder_out/<assignment>)")
     p.add_argument("--gradescope", help="also copy the (single) results.json here")
     p.add_argument("--no-gradebook", action="store_true", help="do not write nbgrader's gradebook")
+    p.add_argument("--no-similarity", action="store_true", help="skip similarity.md/.html")
     _add_limits(p)
     p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("similarity", help="flag graded cells like the references or each other")
+    p.add_argument("assignment")
+    p.add_argument("--submissions", help="the same layouts as grade (default: grading/submitted)")
+    p.add_argument("--out", help="output folder (default autograder_out/<assignment>)")
+    p.add_argument("--past", nargs="+", action="extend", help="folders of earlier submissions")
+    p.add_argument("--threshold", type=float, default=0.6, help="flag pairs >= this (0.6)")
+    p.set_defaults(func=cmd_similarity)
 
     p = sub.add_parser("check", help="reference scores 100%%, blank 0, rerun identical")
     p.add_argument("assignment")

@@ -1032,6 +1032,21 @@ def run(
     return pairs
 
 
+def report_safely(
+    course: Course, assignment: str, submissions: list[Submission], out: Path
+) -> None:
+    """The similarity section of ``grade``'s report; a failure here never fails the grading."""
+    try:
+        start = time.perf_counter()
+        pairs = run(course, assignment, submissions, out)
+        print(
+            f"similarity: {len(pairs)} pair(s) >= {THRESHOLD:g} in "
+            f"{time.perf_counter() - start:.1f} s; similarity.md and similarity.html in {out}"
+        )
+    except Exception as error:  # noqa: BLE001 - a report, not a grade
+        print(f"similarity report skipped: {type(error).__name__}: {error}", file=sys.stderr)
+
+
 def main(args, course: Course) -> int:
     """``python -m autograder similarity``."""
     source = Path(args.submissions) if args.submissions else course.submitted_dir
