@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .course import PACKAGE_ROOT, Course
-from .grade import Submission, discover, safe_name
+from .grade import Submission, discover
 from .notebook import CodeChunk, NotebookError, cell_role, extract, read_notebook
 
 K = 6  # tokens per k-gram
@@ -699,7 +699,9 @@ class Builder:
         unit.tokens, unit.tags = toks, tags
         base = self.release.base_tokens.get(cell.key, set())
         unit.prints = {h: p for h, p in fingerprints(toks).items() if h not in base}
-        if len(toks) < MIN_TOKENS:
+        if not toks:
+            unit.reason = "no code of their own (the release's code only)"
+        elif len(toks) < MIN_TOKENS:
             unit.reason = f"too short to compare ({len(toks)} tokens of own code)"
         return unit
 
@@ -725,8 +727,6 @@ class Builder:
                 units[cell.key] = self._unit(
                     sub.student, kind, cell, blocks, 0 if cell.grade_id in graded else None
                 )
-                if not graded.get(cell.grade_id, ("", ""))[1].strip() and unit_ok(units[cell.key]):
-                    units[cell.key].reason = "empty cell"
         return units
 
     def references(self) -> dict[str, list[Unit]]:
@@ -757,10 +757,6 @@ class Builder:
                 unit.prints = {h: p for h, p in fingerprints(toks).items() if h not in base_prints}
                 refs[cell.key].append(unit)
         return refs
-
-
-def unit_ok(unit: Unit) -> bool:
-    return unit.reason is None or unit.reason.startswith("too short")
 
 
 _LIBRARY: dict[str, tuple[str, ast.Module]] = {}
@@ -937,12 +933,20 @@ def _markdown(assignment, pairs, per_cell, threshold) -> str:
                         text = "\n".join(("> " if hit else "  ") + t for _, t, hit in rows)
                         lines += [f"{_md(unit.owner)}, {_md(label)} (matching lines marked >):", ""]
                         lines += [_md_code(text), ""]
-        skipped = [u for u in per_cell[key] if u.reason]
-        if skipped:
+        short, skipped = _not_compared(per_cell[key])
+        if short or skipped:
             lines += ["Not compared:", ""]
+            if short:
+                names = ", ".join(_md(u.owner) for u in short)
+                lines.append(f"- too short to tell copying from the only way to write it: {names}")
             lines += [f"- {_md(u.owner)}: {_md(u.reason)}" for u in skipped]
             lines.append("")
     return "\n".join(lines)
+
+
+def _not_compared(units: list[Unit]) -> tuple[list[Unit], list[Unit]]:
+    short = [u for u in units if u.reason and u.reason.startswith("too short")]
+    return short, [u for u in units if u.reason and u not in short]
 
 
 def _md(text: str) -> str:
@@ -992,9 +996,14 @@ def _html(assignment, pairs, per_cell, threshold) -> str:
                         parts.append(f"<div>{e(label)}</div><pre>{body}</pre>")
                     parts.append("</div>")
                 parts.append("</div>")
-        skipped = [u for u in per_cell[key] if u.reason]
-        if skipped:
+        short, skipped = _not_compared(per_cell[key])
+        if short or skipped:
             parts.append("<p class='skip'>Not compared:</p><ul class='skip'>")
+            if short:
+                names = ", ".join(e(u.owner) for u in short)
+                parts.append(
+                    f"<li>too short to tell copying from the only way to write it: {names}"
+                )
             parts += [f"<li>{e(u.owner)}: {e(u.reason)}</li>" for u in skipped]
             parts.append("</ul>")
     parts.append("</body></html>")
@@ -1061,7 +1070,7 @@ def main(args, course: Course) -> int:
         threshold=args.threshold,
     )  # fmt: skip
     for p in pairs:
-        print(f"  {p.score:.2f}  {p.cell}  {safe_name(p.a.owner)} ~ {p.b.owner}")
+        print(f"  {p.score:.2f}  {p.cell}  {p.a.owner} ~ {p.b.owner}")
     print(
         f"compared {len(subs)} submission(s) in {time.perf_counter() - start:.1f} s; "
         f"{len(pairs)} pair(s) >= {args.threshold:g}; similarity.md and similarity.html in {out}"
