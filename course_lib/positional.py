@@ -77,7 +77,8 @@ def relative_position_index(
     """Index (T_q, T_k) into a table of 2 * max_distance + 1 distances.
 
     Entry (i, j) is clip(j - (i + offset), -max_distance, max_distance) + max_distance, where query
-    i sits at position i + offset (offset = T_k - T_q when decoding with cached keys).
+    i sits at position i + offset (offset = T_k - T_q when decoding with cached keys). Swin's 2-D
+    table over the token pairs of a window is ``course_lib.vision.window_relative_position_index``.
     """
     i = torch.arange(T_q, device=device)[:, None] + offset
     j = torch.arange(T_k, device=device)[None, :]

@@ -6,9 +6,10 @@ Pure functions with their shapes in the docstring, plus the few small layers the
   (ViT, Dosovitskiy et al. 2021, Eq. 1). The convolution with kernel = stride = ``P`` and the
   reshape-then-linear form are the same linear map; ``PatchEmbed`` holds one set of weights and
   can run either form.
-* ``window_partition`` / ``window_reverse`` / ``shifted_window_mask`` / ``relative_position_index``
-  / ``PatchMerging``: the pieces of Swin (Liu et al. 2021, Sec. 3.2 and Fig. 4), reused by DaViT's
-  spatial window attention.
+* ``window_partition`` / ``window_reverse`` / ``shifted_window_mask`` /
+  ``window_relative_position_index`` / ``PatchMerging``: the pieces of Swin (Liu et al. 2021,
+  Sec. 3.2 and Fig. 4), reused by DaViT's spatial window attention. (The 1-D, clipped offsets of
+  text models are ``course_lib.positional.relative_position_index``.)
 * ``DropPath``: stochastic depth (Huang et al. 2016), as used by Swin and DaViT.
 
 Shape legend: ``B`` batch, ``C`` channels, ``H x W`` image or feature-map size, ``P`` patch size,
@@ -29,10 +30,10 @@ __all__ = [
     "PatchMerging",
     "pad_to_multiple",
     "patchify",
-    "relative_position_index",
     "shifted_window_mask",
     "unpatchify",
     "window_partition",
+    "window_relative_position_index",
     "window_reverse",
 ]
 
@@ -185,8 +186,8 @@ def shifted_window_mask(
     return label[:, :, None] == label[:, None, :]  # (nW, N, N)
 
 
-def relative_position_index(window_size: int) -> Tensor:
-    """Index into a ((2 ws - 1)^2, H) bias table for every token pair of a window: (N, N) long.
+def window_relative_position_index(window_size: int) -> Tensor:
+    """2-D index into a ((2 ws - 1)^2, H) bias table for every token pair of a window: (N, N) long.
 
     Tokens are numbered row by row; pair (i, j) with offset ``(dy, dx) = pos_i - pos_j`` (each in
     ``[-(ws - 1), ws - 1]``) gets ``(dy + ws - 1) * (2 ws - 1) + (dx + ws - 1)`` (Swin Sec. 3.2).

@@ -159,7 +159,7 @@ def test_transformer_captioner_is_causal_and_fused_matches_manual():
     logits_changed = model(images, changed)
     torch.testing.assert_close(logits_changed[:, :4], logits[:, :4])
     assert not torch.allclose(logits_changed[:, 4:], logits[:, 4:])
-    manual = _build("caption-transformer", SMALL_TRANSFORMER, fused=False)
+    manual = _build("caption-transformer", SMALL_TRANSFORMER, fused_attn=False)
     torch.testing.assert_close(manual(images, tokens), logits, atol=1e-5, rtol=1e-5)
 
 

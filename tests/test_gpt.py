@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from course_lib.attention import causal_mask
 from course_lib.models import create
 from course_lib.models.gpt import (
     GPT,
     GPTConfig,
     KVCache,
-    causal_keep_mask,
     from_hf_gpt2,
     sample_next_token,
     top_k_filter,
@@ -28,11 +28,11 @@ def ids(B: int, T: int, vocab: int = 50, seed: int = 0) -> torch.Tensor:
     return torch.randint(vocab, (B, T), generator=torch.Generator().manual_seed(seed))
 
 
-def test_causal_keep_mask_with_offset():
-    assert torch.equal(causal_keep_mask(4, 4), torch.ones(4, 4).tril().bool())
+def test_causal_mask_with_offset():
+    assert torch.equal(causal_mask(4), torch.ones(4, 4).tril().bool())
     # 2 new queries after 3 cached tokens: positions 3 and 4 see keys 0..3 and 0..4
     expected = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
-    assert torch.equal(causal_keep_mask(2, 5), expected)
+    assert torch.equal(causal_mask(2, T_k=5), expected)
 
 
 @pytest.mark.parametrize("fused", [True, False])

@@ -1,6 +1,8 @@
 """One generic test over every model preset: output shape, no NaN, every parameter gets a gradient.
 
-Protocol (each family module ``course_lib/models/<family>.py`` that defines ``PRESETS``):
+It runs over the one registry of families, ``course_lib.models.families()``; the family contract
+is written in ``course_lib/models/_family.py``. Test protocol (each family module that defines
+``PRESETS``):
 
 ``TINY: dict[str, Any]``
     Config overrides that make *every* preset of the family tiny, applied as
@@ -26,8 +28,6 @@ or its first value (dict or dataclass). The test builds each tiny model after
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import pkgutil
 from collections.abc import Mapping
 from types import ModuleType
 
@@ -39,12 +39,7 @@ import course_lib.models as models
 
 def _families() -> dict[str, ModuleType]:
     """Preset name -> the family module that defines it."""
-    owner = {}
-    for info in pkgutil.iter_modules(models.__path__):
-        module = importlib.import_module(f"{models.__name__}.{info.name}")
-        for name in getattr(module, "PRESETS", {}):
-            owner[name] = module
-    return owner
+    return {name: module for module in models.families().values() for name in module.PRESETS}
 
 
 FAMILIES = _families()

@@ -15,10 +15,10 @@ from course_lib.vision import (
     PatchMerging,
     pad_to_multiple,
     patchify,
-    relative_position_index,
     shifted_window_mask,
     unpatchify,
     window_partition,
+    window_relative_position_index,
     window_reverse,
 )
 
@@ -144,8 +144,8 @@ def test_shift_mask_without_shift_keeps_everything():
 
 
 @pytest.mark.parametrize("ws", [1, 2, 3, 7])
-def test_relative_position_index_brute_force(ws):
-    index = relative_position_index(ws)
+def test_window_relative_position_index_brute_force(ws):
+    index = window_relative_position_index(ws)
     N = ws * ws
     assert index.shape == (N, N)
     offsets = {}

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 import torch
@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from course_lib.attention import MultiHeadAttention
 from course_lib.layers import FeedForward, LayerNorm
+from course_lib.models._family import alias, preset
 
 _ACTIVATIONS = {
     "gelu": F.gelu,
@@ -57,6 +58,17 @@ class BertConfig:
     dropout: float = 0.1
     layer_norm_eps: float = 1e-12
     fused_attn: bool = True
+
+    # The contract's names (course_lib.models._family); the fields keep Hugging Face's names.
+    embed_dim = alias("hidden_size")
+    depth = alias("num_hidden_layers")
+    num_heads = alias("num_attention_heads")
+    norm_eps = alias("layer_norm_eps")
+
+    @property
+    def mlp_ratio(self) -> float:
+        """intermediate_size / hidden_size."""
+        return self.intermediate_size / self.hidden_size
 
     def __post_init__(self) -> None:
         if self.hidden_size % self.num_attention_heads != 0:
@@ -348,23 +360,12 @@ def from_hf_bert(hf_model: nn.Module) -> nn.Module:
     return model.to(dtype=next(hf_model.parameters()).dtype).train(hf_model.training)
 
 
-def _check_overrides(config, overrides: dict) -> dict:
-    unknown = sorted(set(overrides) - {f.name for f in fields(config)})
-    if unknown:
-        raise TypeError(
-            f"unknown {type(config).__name__} field(s) {unknown}; valid fields: "
-            f"{', '.join(f.name for f in fields(config))}"
-        )
-    return overrides
-
-
-def _preset(config: BertConfig, cls: type[nn.Module] = BertModel) -> Callable[..., nn.Module]:
-    def build(**overrides) -> nn.Module:
-        return cls(config=replace(config, **_check_overrides(config, overrides)))
-
-    build.__doc__ = f"{cls.__name__} with {config}; keyword arguments override config fields."
-    return build
-
+#: course_lib.interop.from_hf dispatches on these Hugging Face class names.
+HF_CONVERTERS = {
+    "BertModel": from_hf_bert,
+    "BertForPreTraining": from_hf_bert,
+    "BertForMaskedLM": from_hf_bert,
+}
 
 _TINY = BertConfig(
     vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -375,13 +376,13 @@ _LARGE = BertConfig(
 )
 
 PRESETS: dict[str, Callable[..., nn.Module]] = {
-    "bert-tiny": _preset(_TINY),
-    "bert-tiny-pretraining": _preset(_TINY, BertForPreTraining),
-    "bert-tiny-mlm": _preset(_TINY, BertForMaskedLM),
-    "bert-tiny-classifier": _preset(_TINY, BertForSequenceClassification),
-    "bert-base": _preset(BertConfig()),  # 110M (Devlin et al. 2019, Section 3)
-    "bert-large": _preset(_LARGE),  # 335M, reported as 340M
-    "bert-base-pretraining": _preset(BertConfig(), BertForPreTraining),
+    "bert-tiny": preset(BertModel, _TINY),
+    "bert-tiny-pretraining": preset(BertForPreTraining, _TINY),
+    "bert-tiny-mlm": preset(BertForMaskedLM, _TINY),
+    "bert-tiny-classifier": preset(BertForSequenceClassification, _TINY),
+    "bert-base": preset(BertModel, BertConfig()),  # 110M (Devlin et al. 2019, Section 3)
+    "bert-large": preset(BertModel, _LARGE),  # 335M, reported as 340M
+    "bert-base-pretraining": preset(BertForPreTraining, BertConfig()),
 }
 
 #: Overrides that make every preset tiny (tests/test_models_generic.py).

@@ -19,7 +19,6 @@ grid, ``L = Hg * Wg`` grid cells, ``V`` vocabulary, ``E`` word embedding size, `
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -29,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from course_lib.attention import AdditiveAttention
+from course_lib.models._family import preset
 
 __all__ = [
     "CaptionConfig",
@@ -317,17 +317,15 @@ class ShowAttendTell(nn.Module):
         return tokens, attn.unflatten(-1, (Hg, Wg))  # (B, T, Hg, Wg)
 
 
-def _preset(**defaults) -> Callable[..., ShowAttendTell]:
-    def factory(**overrides) -> ShowAttendTell:
-        config = dataclasses.replace(CaptionConfig(), **{**defaults, **overrides})
-        return ShowAttendTell(config=config)
-
-    return factory
+#: Contract names (course_lib.models._family) that do not apply to this recurrent family: it has
+#: additive attention (no heads, no fused kernel), no blocks and no LayerNorm; its ``embed_dim``
+#: is the width of the word embeddings.
+CONTRACT_EXEMPT = ("depth", "num_heads", "mlp_ratio", "norm_eps", "fused_attn")
 
 
 PRESETS: dict[str, Callable[..., nn.Module]] = {
-    "caption-rnn-attn": _preset(),
-    "caption-rnn-attn-lstm": _preset(rnn="lstm"),
+    "caption-rnn-attn": preset(ShowAttendTell, CaptionConfig()),
+    "caption-rnn-attn-lstm": preset(ShowAttendTell, CaptionConfig(rnn="lstm")),
 }
 
 

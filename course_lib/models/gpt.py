@@ -19,15 +19,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from course_lib.attention import scaled_dot_product_attention
+from course_lib.attention import causal_mask, scaled_dot_product_attention
 from course_lib.layers import LayerNorm
+from course_lib.models._family import alias, preset
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,17 @@ class GPTConfig:
     layer_norm_eps: float = 1e-5
     fused_attn: bool = True  # torch's fused SDPA kernel; False = the lecture's manual path
 
+    # The contract's names (course_lib.models._family); the fields keep GPT-2's names.
+    embed_dim = alias("n_embd")
+    depth = alias("n_layer")
+    num_heads = alias("n_head")
+    norm_eps = alias("layer_norm_eps")
+
+    @property
+    def mlp_ratio(self) -> float:
+        """4.0: GPT-2's MLP is 4 x n_embd wide."""
+        return 4.0
+
     def __post_init__(self) -> None:
         if self.n_embd % self.n_head != 0:
             raise ValueError(
@@ -52,15 +64,6 @@ class GPTConfig:
             )
         if self.activation not in ("gelu", "gelu_tanh"):
             raise ValueError(f"activation must be 'gelu' or 'gelu_tanh', got {self.activation!r}")
-
-
-def causal_keep_mask(T: int, S: int, *, device: torch.device | None = None) -> Tensor:
-    """Boolean keep-mask (T, S) for ``T`` new queries that follow ``S - T`` cached tokens.
-
-    Query ``i`` sits at absolute position ``S - T + i`` and may attend to keys ``0 .. S - T + i``.
-    With ``S == T`` this is the usual lower-triangular causal mask.
-    """
-    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
 
 
 class KVCache:
@@ -107,14 +110,19 @@ class CausalSelfAttention(nn.Module):
     """Masked multi-head self-attention with one fused q/k/v projection ``c_attn``.
 
     It does not reuse ``course_lib.attention.MultiHeadAttention`` because the cache must hold
-    *projected* keys and values, which that module computes internally.
+    *projected* keys and values, which that module computes internally. ``config.dropout`` drops
+    attention weights (while training) and the output projection, as in GPT-2 and nanoGPT.
+    With a cache, the ``T`` new queries follow ``S - T`` cached tokens: query ``i`` sits at
+    absolute position ``S - T + i`` and sees keys ``0 .. S - T + i``
+    (``causal_mask(T, T_k=S)``).
     """
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.n_head = config.n_head
         self.n_embd = config.n_embd
-        self.fused = config.fused_attn
+        self.fused_attn = config.fused_attn
+        self.dropout = config.dropout  # on the attention weights
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd)  # W_Q, W_K, W_V side by side
         self.c_proj = nn.Linear(config.n_embd, config.n_embd)  # W_O
         self.resid_dropout = nn.Dropout(config.dropout)
@@ -129,14 +137,16 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, H, S, D)
         S = k.size(2)
-        if self.fused:
+        dropout_p = self.dropout if self.training else 0.0
+        if self.fused_attn:
             if T == S:
-                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
             else:  # a single new token sees the whole cache: no mask needed
-                mask = None if T == 1 else causal_keep_mask(T, S, device=x.device)
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+                mask = None if T == 1 else causal_mask(T, T_k=S, device=x.device)
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         else:
-            y = scaled_dot_product_attention(q, k, v, causal_keep_mask(T, S, device=x.device))
+            mask = causal_mask(T, T_k=S, device=x.device)
+            y = scaled_dot_product_attention(q, k, v, mask, dropout_p=dropout_p)
         y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C): heads side by side again
         return self.resid_dropout(self.c_proj(y))
 
@@ -146,8 +156,9 @@ class MLP(nn.Module):
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd)
-        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd)
+        hidden = int(config.mlp_ratio * config.n_embd)
+        self.c_fc = nn.Linear(config.n_embd, hidden)
+        self.c_proj = nn.Linear(hidden, config.n_embd)
         self.approximate = "tanh" if config.activation == "gelu_tanh" else "none"
         self.dropout = nn.Dropout(config.dropout)
 
@@ -364,32 +375,19 @@ def from_hf_gpt2(hf_model: nn.Module) -> GPT:
     return model.to(dtype=dtype).train(hf_model.training)
 
 
-def _check_overrides(config, overrides: dict) -> dict:
-    unknown = sorted(set(overrides) - {f.name for f in fields(config)})
-    if unknown:
-        raise TypeError(
-            f"unknown {type(config).__name__} field(s) {unknown}; valid fields: "
-            f"{', '.join(f.name for f in fields(config))}"
-        )
-    return overrides
-
-
-def _preset(config: GPTConfig) -> Callable[..., GPT]:
-    def build(**overrides) -> GPT:
-        return GPT(config=replace(config, **_check_overrides(config, overrides)))
-
-    build.__doc__ = f"GPT with {config}; keyword arguments override config fields."
-    return build
-
+#: course_lib.interop.from_hf dispatches on these Hugging Face class names.
+HF_CONVERTERS = {"GPT2Model": from_hf_gpt2, "GPT2LMHeadModel": from_hf_gpt2}
 
 PRESETS: dict[str, Callable[..., nn.Module]] = {
-    "gpt-tiny": _preset(GPTConfig(vocab_size=128, block_size=64, n_layer=2, n_head=2, n_embd=32)),
-    "gpt2": _preset(GPTConfig()),  # 124M
-    "gpt2-medium": _preset(GPTConfig(n_layer=24, n_head=16, n_embd=1024)),  # 355M
-    "gpt2-large": _preset(GPTConfig(n_layer=36, n_head=20, n_embd=1280)),  # 774M
-    "gpt2-xl": _preset(GPTConfig(n_layer=48, n_head=25, n_embd=1600)),  # 1.56B
+    "gpt-tiny": preset(
+        GPT, GPTConfig(vocab_size=128, block_size=64, n_layer=2, n_head=2, n_embd=32)
+    ),
+    "gpt2": preset(GPT, GPTConfig()),  # 124M
+    "gpt2-medium": preset(GPT, GPTConfig(n_layer=24, n_head=16, n_embd=1024)),  # 355M
+    "gpt2-large": preset(GPT, GPTConfig(n_layer=36, n_head=20, n_embd=1280)),  # 774M
+    "gpt2-xl": preset(GPT, GPTConfig(n_layer=48, n_head=25, n_embd=1600)),  # 1.56B
     # GPT-3 (Brown et al. 2020, Table 2.1): build it on the meta device only
-    "gpt3-175b": _preset(GPTConfig(block_size=2048, n_layer=96, n_head=96, n_embd=12288)),
+    "gpt3-175b": preset(GPT, GPTConfig(block_size=2048, n_layer=96, n_head=96, n_embd=12288)),
 }
 
 #: Overrides that make every preset tiny (tests/test_models_generic.py).

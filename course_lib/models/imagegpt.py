@@ -14,7 +14,6 @@ for images and palettes), ``K`` palette size, ``N`` pixels, ``H x W`` the image.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from course_lib.models._family import alias, preset
 from course_lib.models.gpt import GPT, GPTConfig, KVCache, sample_next_token
 
 __all__ = [
@@ -117,7 +117,18 @@ class ImageGPTConfig:
     n_head: int = 4
     n_embd: int = 64
     dropout: float = 0.0
+    norm_eps: float = 1e-5
     fused_attn: bool = True
+
+    # The contract's names (course_lib.models._family); the fields keep GPT-2's names.
+    embed_dim = alias("n_embd")
+    depth = alias("n_layer")
+    num_heads = alias("n_head")
+
+    @property
+    def mlp_ratio(self) -> float:
+        """4.0: the GPT's MLP is 4 x n_embd wide."""
+        return 4.0
 
     @property
     def seq_len(self) -> int:
@@ -146,6 +157,7 @@ class ImageGPT(nn.Module):
                 n_embd=config.n_embd,
                 dropout=config.dropout,
                 activation="gelu",
+                layer_norm_eps=config.norm_eps,
                 fused_attn=config.fused_attn,
             )
         )
@@ -225,16 +237,8 @@ def bits_per_pixel(model: ImageGPT, tokens: Tensor, *, batch_size: int = 256) ->
     return total / count / math.log(2)
 
 
-def _preset(**defaults) -> Callable[..., ImageGPT]:
-    def factory(**overrides) -> ImageGPT:
-        config = dataclasses.replace(ImageGPTConfig(), **{**defaults, **overrides})
-        return ImageGPT(config=config)
-
-    return factory
-
-
 PRESETS: dict[str, Callable[..., nn.Module]] = {
-    "imagegpt-digits": _preset(),
+    "imagegpt-digits": preset(ImageGPT, ImageGPTConfig()),
 }
 
 

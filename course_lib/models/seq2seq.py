@@ -24,7 +24,7 @@ dim (hidden_dim, times 2 if bidirectional), S decoder state dim (hidden_dim), V 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from course_lib.attention import AdditiveAttention, masked_softmax, padding_mask
+from course_lib.models._family import preset
 
 
 @dataclass(frozen=True)
@@ -296,23 +297,17 @@ def _stack_weights(weights: list[Tensor | None]) -> Tensor | None:
     return torch.stack(weights, dim=1)  # (B, T_out, T_in)
 
 
-def _preset(config: Seq2SeqConfig) -> Callable[..., Seq2Seq]:
-    def build(**overrides: Any) -> Seq2Seq:
-        valid = [f.name for f in fields(config)]
-        unknown = sorted(set(overrides) - set(valid))
-        if unknown:
-            raise TypeError(f"unknown Seq2SeqConfig field(s) {unknown}; valid: {', '.join(valid)}")
-        return Seq2Seq(config=replace(config, **overrides))
-
-    build.__doc__ = f"Seq2Seq with {config}; keyword arguments override config fields."
-    return build
+#: Contract names (course_lib.models._family) that do not apply to this recurrent family: it has
+#: additive attention (no heads, no fused kernel), no blocks and no LayerNorm; its ``embed_dim``
+#: is the width of the word embeddings.
+CONTRACT_EXEMPT = ("depth", "num_heads", "mlp_ratio", "norm_eps", "fused_attn")
 
 
 PRESETS: dict[str, Callable[..., nn.Module]] = {
     # Cho et al. 2014 (RNNencdec in Bahdanau et al.): one direction, fixed context
-    "seq2seq-gru": _preset(Seq2SeqConfig(attention=False, bidirectional=False)),
+    "seq2seq-gru": preset(Seq2Seq, Seq2SeqConfig(attention=False, bidirectional=False)),
     # Bahdanau et al. 2015 (RNNsearch): bidirectional encoder, additive attention
-    "seq2seq-bahdanau": _preset(Seq2SeqConfig(attention=True, bidirectional=True)),
+    "seq2seq-bahdanau": preset(Seq2Seq, Seq2SeqConfig(attention=True, bidirectional=True)),
 }
 
 #: Overrides that make every preset tiny (see tests/test_models_generic.py).

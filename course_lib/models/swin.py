@@ -23,7 +23,7 @@ Shape legend: ``B`` batch, ``H x W`` feature map, ``C`` channels, ``nW`` windows
 
 from __future__ import annotations
 
-import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,14 +34,15 @@ from torch import Tensor, nn
 
 from course_lib.attention import MultiHeadAttention
 from course_lib.layers import FeedForward
+from course_lib.models._family import load_converted, preset, split_chunks
 from course_lib.vision import (
     DropPath,
     PatchEmbed,
     PatchMerging,
     pad_to_multiple,
-    relative_position_index,
     shifted_window_mask,
     window_partition,
+    window_relative_position_index,
     window_reverse,
 )
 
@@ -54,6 +55,7 @@ __all__ = [
     "WindowAttention",
     "example_batch",
     "from_hf_swin",
+    "from_timm",
 ]
 
 
@@ -72,6 +74,13 @@ class SwinConfig:
     mlp_ratio: float = 4.0
     drop_path_rate: float = 0.2  # stochastic depth, rising linearly over the blocks
     norm_eps: float = 1e-5  # of the block and final LayerNorms
+    dropout: float = 0.0  # attention weights, attention output and MLP (timm: drop/attn_drop)
+    fused_attn: bool = True  # torch's fused SDPA kernel; False = the lecture's manual path
+
+    @property
+    def depth(self) -> int:
+        """sum(depths): blocks over all stages (the contract's name, course_lib.models._family)."""
+        return sum(self.depths)
 
     def __post_init__(self) -> None:
         if len(self.depths) != len(self.num_heads):
@@ -88,21 +97,31 @@ class WindowAttention(nn.Module):
     forward(windows (B * nW, N, C), mask (nW, N, N) bool keep or None) -> (B * nW, N, C).
     """
 
-    def __init__(self, *, dim: int, num_heads: int, window_size: int) -> None:
+    def __init__(
+        self,
+        *,
+        dim: int,
+        num_heads: int,
+        window_size: int,
+        dropout: float = 0.0,
+        fused_attn: bool = True,
+    ) -> None:
         super().__init__()
         self.num_heads, self.window_size = num_heads, window_size
-        self.attn = MultiHeadAttention(dim, num_heads)
+        self.attn = MultiHeadAttention(dim, num_heads, dropout=dropout, fused=fused_attn)
         self.relative_position_bias_table = nn.Parameter(
             torch.zeros((2 * window_size - 1) ** 2, num_heads)
         )
         nn.init.trunc_normal_(self.relative_position_bias_table, std=0.02)
         self.register_buffer(
-            "relative_position_index", relative_position_index(window_size), persistent=False
+            "window_relative_position_index",
+            window_relative_position_index(window_size),
+            persistent=False,
         )
 
     def relative_position_bias(self) -> Tensor:
         """The bias B added to the scores: (Hd, N, N)."""
-        bias = self.relative_position_bias_table[self.relative_position_index]  # (N, N, Hd)
+        bias = self.relative_position_bias_table[self.window_relative_position_index]  # (N, N, Hd)
         return bias.permute(2, 0, 1)  # (Hd, N, N)
 
     def forward(
@@ -136,16 +155,25 @@ class SwinBlock(nn.Module):
         mlp_ratio: float = 4.0,
         drop_path: float = 0.0,
         norm_eps: float = 1e-5,
+        dropout: float = 0.0,
+        fused_attn: bool = True,
     ) -> None:
         super().__init__()
         if not 0 <= shift_size < window_size:
             raise ValueError(f"need 0 <= shift_size < window_size, got {shift_size}, {window_size}")
         self.window_size, self.shift_size = window_size, shift_size
         self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
-        self.attn = WindowAttention(dim=dim, num_heads=num_heads, window_size=window_size)
+        self.attn = WindowAttention(
+            dim=dim,
+            num_heads=num_heads,
+            window_size=window_size,
+            dropout=dropout,
+            fused_attn=fused_attn,
+        )
+        self.dropout = nn.Dropout(dropout)
         self.drop_path = DropPath(drop_path)
         self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
-        self.mlp = FeedForward(dim, int(dim * mlp_ratio), activation="gelu")
+        self.mlp = FeedForward(dim, int(dim * mlp_ratio), dropout=dropout, activation="gelu")
 
     def forward(self, x: Tensor) -> Tensor:
         B, H, W, C = x.shape
@@ -161,7 +189,7 @@ class SwinBlock(nn.Module):
         h = window_reverse(windows.reshape(-1, ws, ws, C), ws, Hp, Wp)  # (B, Hp, Wp, C)
         if s:
             h = torch.roll(h, shifts=(s, s), dims=(1, 2))  # undo the shift
-        x = x + self.drop_path(h[:, :H, :W])
+        x = x + self.drop_path(self.dropout(h[:, :H, :W]))
         x = x + self.drop_path(self.mlp(self.norm2(x)))
         return x
 
@@ -181,6 +209,8 @@ class SwinStage(nn.Module):
         drop_path: list[float],
         downsample: bool,
         norm_eps: float,
+        dropout: float = 0.0,
+        fused_attn: bool = True,
     ) -> None:
         super().__init__()
         if resolution <= window_size:  # the window covers the whole map: no shifting (paper)
@@ -196,6 +226,8 @@ class SwinStage(nn.Module):
                 mlp_ratio=mlp_ratio,
                 drop_path=drop_path[i],
                 norm_eps=norm_eps,
+                dropout=dropout,
+                fused_attn=fused_attn,
             )
             for i in range(depth)
         )
@@ -238,6 +270,8 @@ class SwinTransformer(nn.Module):
                     drop_path=rates[start : start + depth],
                     downsample=i < len(cfg.depths) - 1,
                     norm_eps=cfg.norm_eps,
+                    dropout=cfg.dropout,
+                    fused_attn=cfg.fused_attn,
                 )
             )
             resolution = -(-resolution // 2)
@@ -352,42 +386,83 @@ def from_hf_swin(hf_model: nn.Module) -> SwinTransformer:
     return model.eval()
 
 
-def _preset(**fields) -> Callable[..., SwinTransformer]:
-    def factory(**overrides) -> SwinTransformer:
-        return SwinTransformer(config=dataclasses.replace(SwinConfig(**fields), **overrides))
+def from_timm(model: SwinTransformer, state_dict: dict[str, Tensor]) -> SwinTransformer:
+    """Load a timm ``SwinTransformer`` state dict (timm >= 0.9 layout) into ``model``.
 
-    return factory
+    Key mapping (timm -> course_lib; everything else keeps its name)::
+
+        patch_embed.norm.*                     -> patch_norm.*
+        layers.i.downsample.*  (start of i)    -> layers.{i-1}.downsample.*  (end of i - 1)
+        layers.i.blocks.j.attn.qkv.*           -> layers.i.blocks.j.attn.attn.{q,k,v}_proj.*
+        layers.i.blocks.j.attn.proj.*          -> layers.i.blocks.j.attn.attn.out_proj.*
+        head.fc.*                              -> head.*
+
+    ``relative_position_index`` and ``attn_mask`` buffers are recomputed, not loaded. ``model``
+    must have the checkpoint's sizes and ``image_size``: both shrink the window of a stage that
+    is not larger than it (and skip its shift). Where a map must be both padded and shifted,
+    timm shifts before padding while the authors' detection code, Hugging Face and course_lib
+    pad first: outputs then differ; checkpoints at their own resolution never pad.
+    """
+
+    def convert(key: str, value: Tensor) -> dict[str, Tensor]:
+        m = re.fullmatch(r"(layers\.\d+\.blocks\.\d+\.attn\.)qkv\.(weight|bias)", key)
+        if m:
+            return split_chunks(m[1] + "attn.", m[2], value, ("q_proj", "k_proj", "v_proj"))
+        m = re.fullmatch(r"layers\.(\d+)\.downsample\.(.*)", key)
+        if m:
+            return {f"layers.{int(m[1]) - 1}.downsample.{m[2]}": value}
+        key = re.sub(r"\.attn\.proj\.", ".attn.attn.out_proj.", key)
+        key = re.sub(r"^patch_embed\.norm\.", "patch_norm.", key)
+        return {re.sub(r"^head\.fc\.", "head.", key): value}
+
+    ignore = (r"relative_position_index$", r"attn_mask$")
+    return load_converted(model, state_dict, convert, source="timm", ignore=ignore)
+
+
+#: course_lib.interop.from_hf dispatches on these Hugging Face class names.
+HF_CONVERTERS = {"SwinModel": from_hf_swin, "SwinForImageClassification": from_hf_swin}
+#: course_lib.interop.from_timm_state_dict loads timm checkpoints with this function.
+TIMM_LOADER = from_timm
 
 
 PRESETS: dict[str, Callable[..., nn.Module]] = {
     # Sec. 3.3 of the paper (ImageNet-1k head, 224 px, window 7).
-    "swin-t": _preset(),
-    "swin-s": _preset(depths=(2, 2, 18, 2), drop_path_rate=0.3),
-    "swin-b": _preset(
-        embed_dim=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32), drop_path_rate=0.5
+    "swin-t": preset(SwinTransformer, SwinConfig()),
+    "swin-s": preset(SwinTransformer, SwinConfig(depths=(2, 2, 18, 2), drop_path_rate=0.3)),
+    "swin-b": preset(
+        SwinTransformer,
+        SwinConfig(
+            embed_dim=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32), drop_path_rate=0.5
+        ),
     ),
     # Tiny models for the sklearn digits (upsampled to 1 x 16 x 16: a 4x4 token map) and for tests.
-    "swin-digits": _preset(
-        image_size=16,
-        patch_size=4,
-        in_channels=1,
-        num_classes=10,
-        embed_dim=32,
-        depths=(2, 2),
-        num_heads=(2, 4),
-        window_size=2,
-        drop_path_rate=0.0,
+    "swin-digits": preset(
+        SwinTransformer,
+        SwinConfig(
+            image_size=16,
+            patch_size=4,
+            in_channels=1,
+            num_classes=10,
+            embed_dim=32,
+            depths=(2, 2),
+            num_heads=(2, 4),
+            window_size=2,
+            drop_path_rate=0.0,
+        ),
     ),
-    "swin-tiny": _preset(
-        image_size=16,
-        patch_size=2,
-        in_channels=3,
-        num_classes=10,
-        embed_dim=16,
-        depths=(2, 2),
-        num_heads=(1, 2),
-        window_size=2,
-        drop_path_rate=0.0,
+    "swin-tiny": preset(
+        SwinTransformer,
+        SwinConfig(
+            image_size=16,
+            patch_size=2,
+            in_channels=3,
+            num_classes=10,
+            embed_dim=16,
+            depths=(2, 2),
+            num_heads=(1, 2),
+            window_size=2,
+            drop_path_rate=0.0,
+        ),
     ),
 }
 

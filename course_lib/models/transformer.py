@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from course_lib.attention import MultiHeadAttention, causal_mask
 from course_lib.layers import FeedForward, LayerNorm
+from course_lib.models._family import alias, preset
 from course_lib.positional import sinusoidal_positional_encoding
 
 
@@ -54,6 +55,20 @@ class TransformerConfig:
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
+
+    # The contract's names (course_lib.models._family); d_model and d_ff are Table 3's names.
+    embed_dim = alias("d_model")
+    norm_eps = alias("layer_norm_eps")
+
+    @property
+    def depth(self) -> int:
+        """num_encoder_layers + num_decoder_layers."""
+        return self.num_encoder_layers + self.num_decoder_layers
+
+    @property
+    def mlp_ratio(self) -> float:
+        """d_ff / d_model."""
+        return self.d_ff / self.d_model
 
     def __post_init__(self) -> None:
         if self.d_model % self.num_heads != 0:
@@ -397,27 +412,14 @@ class Transformer(nn.Module):
         return ids, score
 
 
-def _preset(config: TransformerConfig) -> Callable[..., Transformer]:
-    def build(**overrides: Any) -> Transformer:
-        valid = [f.name for f in fields(config)]
-        unknown = sorted(set(overrides) - set(valid))
-        if unknown:
-            raise TypeError(
-                f"unknown TransformerConfig field(s) {unknown}; valid: {', '.join(valid)}"
-            )
-        return Transformer(config=replace(config, **overrides))
-
-    build.__doc__ = f"Transformer with {config}; keyword arguments override config fields."
-    return build
-
-
 PRESETS: dict[str, Callable[..., nn.Module]] = {
     # Vaswani et al. 2017, Table 3: base (65M parameters) and big (213M), shared 37k BPE vocabulary
-    "transformer-base": _preset(TransformerConfig()),
-    "transformer-big": _preset(
-        TransformerConfig(d_model=1024, num_heads=16, d_ff=4096, dropout=0.3)
+    "transformer-base": preset(Transformer, TransformerConfig()),
+    "transformer-big": preset(
+        Transformer, TransformerConfig(d_model=1024, num_heads=16, d_ff=4096, dropout=0.3)
     ),
-    "transformer-tiny": _preset(
+    "transformer-tiny": preset(
+        Transformer,
         TransformerConfig(
             src_vocab_size=64,
             tgt_vocab_size=64,
@@ -427,7 +429,7 @@ PRESETS: dict[str, Callable[..., nn.Module]] = {
             num_decoder_layers=2,
             d_ff=64,
             dropout=0.0,
-        )
+        ),
     ),
 }
 

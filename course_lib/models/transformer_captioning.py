@@ -13,7 +13,6 @@ Shape legend: ``B`` batch, ``T`` caption tokens, ``C`` model width (``d_model``)
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,6 +22,7 @@ from torch import Tensor, nn
 from course_lib.attention import causal_mask
 from course_lib.layers import LayerNorm
 from course_lib.models import captioning as _captioning
+from course_lib.models._family import alias, preset
 from course_lib.models.captioning import ConvGridEncoder, greedy_decode
 from course_lib.models.transformer import DecoderBlock
 
@@ -43,10 +43,20 @@ class TransformerCaptionConfig:
     d_ff: int = 256
     max_len: int = 20  # longest caption (EOS included); also the size of the position table
     dropout: float = 0.0
-    fused: bool = True  # fused scaled_dot_product_attention when no weights are requested
+    norm_eps: float = 1e-5
+    fused_attn: bool = True  # fused scaled_dot_product_attention when no weights are requested
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
+
+    # The contract's names (course_lib.models._family).
+    embed_dim = alias("d_model")
+    depth = alias("num_layers")
+
+    @property
+    def mlp_ratio(self) -> float:
+        """d_ff / d_model."""
+        return self.d_ff / self.d_model
 
 
 class TransformerCaptioner(nn.Module):
@@ -63,7 +73,7 @@ class TransformerCaptioner(nn.Module):
             in_channels=config.in_channels, channels=config.channels, num_layers=config.cnn_layers
         )
         self.memory_proj = nn.Linear(config.channels, config.d_model)
-        self.ln_memory = LayerNorm(config.d_model)
+        self.ln_memory = LayerNorm(config.d_model, eps=config.norm_eps)
         self.wte = nn.Embedding(config.vocab_size, config.d_model)
         self.wpe = nn.Embedding(config.max_len, config.d_model)
         self.drop = nn.Dropout(config.dropout)
@@ -77,11 +87,12 @@ class TransformerCaptioner(nn.Module):
                 dropout=config.dropout,
                 activation="gelu",
                 norm_first=True,
-                fused=config.fused,
+                eps=config.norm_eps,
+                fused=config.fused_attn,
             )
             for _ in range(config.num_layers)
         )
-        self.ln_f = LayerNorm(config.d_model)
+        self.ln_f = LayerNorm(config.d_model, eps=config.norm_eps)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size)
 
     def encode(self, images: Tensor) -> tuple[Tensor, tuple[int, int]]:
@@ -169,16 +180,8 @@ class TransformerCaptioner(nn.Module):
         return tokens, attn.unflatten(-1, (Hg, Wg))  # (B, T, Hg, Wg)
 
 
-def _preset(**defaults) -> Callable[..., TransformerCaptioner]:
-    def factory(**overrides) -> TransformerCaptioner:
-        config = dataclasses.replace(TransformerCaptionConfig(), **{**defaults, **overrides})
-        return TransformerCaptioner(config=config)
-
-    return factory
-
-
 PRESETS: dict[str, Callable[..., nn.Module]] = {
-    "caption-transformer": _preset(),
+    "caption-transformer": preset(TransformerCaptioner, TransformerCaptionConfig()),
 }
 
 

@@ -20,7 +20,7 @@ feature size, ``C`` text channels, ``Cv`` image channels, ``Cb`` pooled (bi-moda
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import torch
@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from course_lib.attention import MultiHeadAttention
 from course_lib.layers import FeedForward, LayerNorm
+from course_lib.models._family import alias, preset
 from course_lib.models.bert import BertConfig, BertEmbeddings, BertLayer
 
 
@@ -51,6 +52,21 @@ class ViLBertConfig:
     dropout: float = 0.1
     layer_norm_eps: float = 1e-12
     fused_attn: bool = True
+
+    # The contract's names (course_lib.models._family); the fields keep BERT's names.
+    embed_dim = alias("hidden_size")
+    num_heads = alias("num_attention_heads")
+    norm_eps = alias("layer_norm_eps")
+
+    @property
+    def depth(self) -> int:
+        """num_text_layers + num_co_layers (of the text stream)."""
+        return self.num_text_layers + self.num_co_layers
+
+    @property
+    def mlp_ratio(self) -> float:
+        """intermediate_size / hidden_size (of the text stream)."""
+        return self.intermediate_size / self.hidden_size
 
     def text_config(self) -> BertConfig:
         """The text stream as a :class:`BertConfig`."""
@@ -295,26 +311,9 @@ class ConvGridEncoder(nn.Module):
         return grid_regions(self.net(images))  # (B, R, F), (B, R, 5)
 
 
-def _check_overrides(config, overrides: dict) -> dict:
-    unknown = sorted(set(overrides) - {f.name for f in fields(config)})
-    if unknown:
-        raise TypeError(
-            f"unknown {type(config).__name__} field(s) {unknown}; valid fields: "
-            f"{', '.join(f.name for f in fields(config))}"
-        )
-    return overrides
-
-
-def _preset(config: ViLBertConfig) -> Callable[..., ViLBert]:
-    def build(**overrides) -> ViLBert:
-        return ViLBert(config=replace(config, **_check_overrides(config, overrides)))
-
-    build.__doc__ = f"ViLBert with {config}; keyword arguments override config fields."
-    return build
-
-
 PRESETS: dict[str, Callable[..., nn.Module]] = {
-    "vilbert-tiny": _preset(
+    "vilbert-tiny": preset(
+        ViLBert,
         ViLBertConfig(
             vocab_size=64,
             hidden_size=32,
@@ -329,10 +328,10 @@ PRESETS: dict[str, Callable[..., nn.Module]] = {
             num_co_layers=1,
             bi_hidden_size=32,
             dropout=0.0,
-        )  # fmt: skip
+        ),  # fmt: skip
     ),
     # the paper's sizes: BERT-base text stream, 1024-wide image stream over 2048-d detector features
-    "vilbert-base": _preset(ViLBertConfig()),
+    "vilbert-base": preset(ViLBert, ViLBertConfig()),
 }
 
 #: Overrides that make every preset tiny (tests/test_models_generic.py).

@@ -18,7 +18,7 @@ Shape legend: ``B`` batch, ``T`` tokens (N patches + 1 [CLS]), ``C`` channels, `
 
 from __future__ import annotations
 
-import dataclasses
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from course_lib.attention import MultiHeadAttention
 from course_lib.layers import FeedForward
+from course_lib.models._family import alias, load_converted, preset, split_chunks
 from course_lib.vision import PatchEmbed
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "cls_attention_maps",
     "example_batch",
     "from_hf_vit",
+    "from_timm",
 ]
 
 
@@ -59,6 +61,15 @@ class ViTConfig:
     representation_size: int | None = None  # pre-training "MLP with one hidden layer" (tanh)
     norm_eps: float = 1e-6
     patch_form: Literal["conv", "linear"] = "conv"
+    fused_attn: bool = True  # torch's fused SDPA kernel; False = the lecture's manual path
+
+    # The contract's names (course_lib.models._family); dim and mlp_dim are A5's names.
+    embed_dim = alias("dim")
+
+    @property
+    def mlp_ratio(self) -> float:
+        """mlp_dim / dim."""
+        return self.mlp_dim / self.dim
 
     def __post_init__(self) -> None:
         if self.image_size % self.patch_size:
@@ -80,10 +91,11 @@ class EncoderBlock(nn.Module):
         mlp_dim: int,
         dropout: float = 0.0,
         norm_eps: float = 1e-6,
+        fused_attn: bool = True,
     ) -> None:
         super().__init__()
         self.norm1 = nn.LayerNorm(dim, eps=norm_eps)
-        self.attn = MultiHeadAttention(dim, num_heads, dropout=dropout)
+        self.attn = MultiHeadAttention(dim, num_heads, dropout=dropout, fused=fused_attn)
         self.norm2 = nn.LayerNorm(dim, eps=norm_eps)
         self.mlp = FeedForward(dim, mlp_dim, dropout=dropout, activation="gelu")
         self.dropout = nn.Dropout(dropout)
@@ -125,6 +137,7 @@ class VisionTransformer(nn.Module):
                 mlp_dim=cfg.mlp_dim,
                 dropout=cfg.dropout,
                 norm_eps=cfg.norm_eps,
+                fused_attn=cfg.fused_attn,
             )
             for _ in range(cfg.depth)
         )
@@ -295,38 +308,69 @@ def from_hf_vit(hf_model: nn.Module) -> VisionTransformer:
     return model.eval()
 
 
-def _preset(**fields) -> Callable[..., VisionTransformer]:
-    def factory(**overrides) -> VisionTransformer:
-        return VisionTransformer(config=dataclasses.replace(ViTConfig(**fields), **overrides))
+def from_timm(model: VisionTransformer, state_dict: dict[str, Tensor]) -> VisionTransformer:
+    """Load a timm ``VisionTransformer`` state dict (class token, ``global_pool="token"``).
 
-    return factory
+    Key mapping (timm -> course_lib; everything else keeps its name)::
+
+        blocks.i.attn.qkv.{weight,bias}  -> blocks.i.attn.{q,k,v}_proj.*  (rows split in 3)
+        blocks.i.attn.proj.*             -> blocks.i.attn.out_proj.*
+
+    ``model`` must have the checkpoint's sizes (e.g. ``create("vit-b/16")`` for
+    ``vit_base_patch16_224``); timm variants with layer scale, QK-norm, register tokens or a
+    ``fc_norm`` head have keys without a place here and raise ``KeyError``.
+    """
+
+    def convert(key: str, value: Tensor) -> dict[str, Tensor]:
+        m = re.fullmatch(r"(blocks\.\d+\.attn\.)qkv\.(weight|bias)", key)
+        if m:
+            return split_chunks(m[1], m[2], value, ("q_proj", "k_proj", "v_proj"))
+        return {re.sub(r"\.attn\.proj\.", ".attn.out_proj.", key): value}
+
+    return load_converted(model, state_dict, convert, source="timm")
+
+
+#: course_lib.interop.from_hf dispatches on these Hugging Face class names.
+HF_CONVERTERS = {"ViTModel": from_hf_vit, "ViTForImageClassification": from_hf_vit}
+#: course_lib.interop.from_timm_state_dict loads timm checkpoints with this function.
+TIMM_LOADER = from_timm
 
 
 PRESETS: dict[str, Callable[..., nn.Module]] = {
     # Table 1 of the paper (ImageNet-1k head, 224 px).
-    "vit-b/16": _preset(),
-    "vit-l/16": _preset(dim=1024, depth=24, num_heads=16, mlp_dim=4096),
-    "vit-h/14": _preset(patch_size=14, dim=1280, depth=32, num_heads=16, mlp_dim=5120),
-    # Tiny models for the sklearn digits (upsampled to 1 x 16 x 16: 4x4 patches) and for tests.
-    "vit-digits": _preset(
-        image_size=16,
-        patch_size=4,
-        in_channels=1,
-        num_classes=10,
-        dim=48,
-        depth=4,
-        num_heads=3,
-        mlp_dim=96,
+    "vit-b/16": preset(VisionTransformer, ViTConfig()),
+    "vit-l/16": preset(
+        VisionTransformer, ViTConfig(dim=1024, depth=24, num_heads=16, mlp_dim=4096)
     ),
-    "vit-tiny": _preset(
-        image_size=16,
-        patch_size=4,
-        in_channels=3,
-        num_classes=10,
-        dim=32,
-        depth=2,
-        num_heads=2,
-        mlp_dim=64,
+    "vit-h/14": preset(
+        VisionTransformer, ViTConfig(patch_size=14, dim=1280, depth=32, num_heads=16, mlp_dim=5120)
+    ),
+    # Tiny models for the sklearn digits (upsampled to 1 x 16 x 16: 4x4 patches) and for tests.
+    "vit-digits": preset(
+        VisionTransformer,
+        ViTConfig(
+            image_size=16,
+            patch_size=4,
+            in_channels=1,
+            num_classes=10,
+            dim=48,
+            depth=4,
+            num_heads=3,
+            mlp_dim=96,
+        ),
+    ),
+    "vit-tiny": preset(
+        VisionTransformer,
+        ViTConfig(
+            image_size=16,
+            patch_size=4,
+            in_channels=3,
+            num_classes=10,
+            dim=32,
+            depth=2,
+            num_heads=2,
+            mlp_dim=64,
+        ),
     ),
 }
 

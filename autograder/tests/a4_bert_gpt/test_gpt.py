@@ -27,7 +27,7 @@ def reference_attention(module: ref_gpt.CausalSelfAttention, x: Tensor, past=Non
     if past is not None:
         k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
     S = k.shape[2]
-    keep = ref_gpt.causal_keep_mask(T, S)
+    keep = torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)  # query i is at S - T + i
     scores = (q @ k.transpose(-2, -1) / math.sqrt(C // H)).masked_fill(~keep, float("-inf"))
     y = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
     return module.c_proj(y), (k, v)
