@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import html
+import io
 import json
 import re
 import shutil
@@ -42,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -449,12 +452,15 @@ def message(where: str) -> str:
     return f"You implement this in {where}."
 
 
-def stub_source(source: str, targets: dict[str, str], *, body: str = "raise") -> str:
+def stub_source(
+    source: str, targets: dict[str, str], *, body: str = "raise", module: str = ""
+) -> str:
     """``source`` with each target's body replaced: signature and docstring stay.
 
     ``targets`` maps qualnames (``LayerNorm.forward``, ``causal_mask``) to where the student
     implements them. ``body="raise"`` writes ``raise NotImplementedError("...")``;
-    ``body="ellipsis"`` a comment and ``...`` (for display).
+    ``body="replay"`` a call of :func:`course_lib.checks.replay.replay` (the check data, else
+    that error); ``body="ellipsis"`` a comment and ``...`` (for display).
     """
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
@@ -482,6 +488,12 @@ def stub_source(source: str, targets: dict[str, str], *, body: str = "raise") ->
             text = message(targets[qualname])
             if body == "raise":
                 new = f"{indent}raise NotImplementedError({text!r})\n"
+            elif body == "replay":  # the check data answers the visible checks' own calls
+                dotted, where = f"{module}.{qualname}", targets[qualname]
+                new = (
+                    f'{indent}return __import__("course_lib.checks.replay", fromlist=["replay"])'
+                    f".replay({dotted!r}, {where!r}, locals())\n"
+                )
             else:
                 new = f"{indent}# {text}\n{indent}...\n"
             edits.append((keep_to, node.end_lineno, new))
@@ -494,7 +506,9 @@ def stub_source(source: str, targets: dict[str, str], *, body: str = "raise") ->
     return "".join(lines)
 
 
-def stub_package(src: Path, dest: Path, by_module: dict[str, dict[str, str]]) -> list[str]:
+def stub_package(
+    src: Path, dest: Path, by_module: dict[str, dict[str, str]], body: str = "replay"
+) -> list[str]:
     """Copy the package ``src`` (course_lib) to ``dest``, stubbing the embargoed objects."""
     if dest.exists():
         shutil.rmtree(dest)
@@ -506,7 +520,7 @@ def stub_package(src: Path, dest: Path, by_module: dict[str, dict[str, str]]) ->
         if not path.exists():
             path = dest / rel / "__init__.py"
         text = path.read_text(encoding="utf-8")
-        path.write_text(stub_source(text, targets), encoding="utf-8")
+        path.write_text(stub_source(text, targets, body=body, module=module), encoding="utf-8")
         done += [f"{module}.{q}" for q in targets]
     return done
 
@@ -630,12 +644,155 @@ def scan(p: Plan, paths: list[Path]) -> list[str]:
 INSTRUCTOR_ONLY = ("solutions", "autograder", "grading", ".git")
 
 
+def _detached(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, tuple | list):
+        return type(value)(_detached(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _detached(v) for k, v in value.items()}
+    return value
+
+
+def _storable(value) -> bool:
+    import torch
+
+    if isinstance(value, torch.Tensor | int | float | bool | str | type(None)):
+        return True
+    if isinstance(value, tuple | list):
+        return all(_storable(v) for v in value)
+    if isinstance(value, dict):
+        return all(_storable(k) and _storable(v) for k, v in value.items())
+    return False
+
+
+def _check_statements(cell_source: str, grade: bool) -> list[ast.stmt]:
+    """What runs of a cell: a check cell's imports and ``check_*`` calls; else definitions."""
+    from .notebook import keep_statement
+
+    try:
+        tree = ast.parse(cell_source)
+    except SyntaxError:
+        return []
+    if not grade:
+        return [s for s in tree.body if keep_statement(s)]
+    out = []
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ImportFrom) and (stmt.module or "").startswith("course_lib.checks"):
+            out.append(stmt)
+        elif (
+            isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Call)
+            and isinstance(stmt.value.func, ast.Name)
+            and stmt.value.func.id.startswith("check_")
+        ):
+            out.append(stmt)
+    return out
+
+
+def record_checks(p: Plan, assignment: str) -> tuple[dict, list[str]]:
+    """Run the assignment's visible checks on the reference answers, recording embargoed calls.
+
+    Returns the table (replay key -> {"output", "rng"}) and notes (checks that failed or were
+    skipped, calls whose output cannot be stored).
+    """
+    import importlib
+    import inspect
+
+    import torch
+
+    from course_lib.checks import replay
+
+    targets = [i for i in p.embargoed.values()]
+    table: dict[str, dict] = {}
+    bad: set[str] = set()
+    notes: list[str] = []
+    saved: list[tuple[object, str, object]] = []
+
+    def wrap(dotted: str, fn):
+        signature = inspect.signature(fn)
+
+        def recorder(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            k = replay.key(dotted, dict(bound.arguments))
+            before = torch.get_rng_state()
+            out = fn_out = fn(*args, **kwargs)
+            after = torch.get_rng_state()
+            rng = None if torch.equal(before, after) else after
+            kind = type(out).__name__ if type(out) in (Counter, OrderedDict) else None
+            if kind:
+                out = dict(out)
+            if not _storable(out):
+                bad.add(k)
+                notes.append(f"{dotted}: returns {type(out).__name__}, not stored")
+            elif k in table and replay.digest(table[k]["output"]) != replay.digest(out):
+                bad.add(k)
+            else:
+                table[k] = {"output": _detached(out), "rng": rng, "type": kind}
+            return fn_out
+
+        recorder.__wrapped__ = fn
+        return recorder
+
+    for item in targets:
+        module = importlib.import_module(item.module)
+        owner, _, name = item.qualname.rpartition(".")
+        holder = getattr(module, owner) if owner else module
+        original = (holder.__dict__ if owner else vars(module))[name]
+        if isinstance(original, staticmethod | classmethod):
+            continue
+        saved.append((holder, name, original))
+        setattr(holder, name, wrap(item.dotted, original))
+    try:
+        namespace: dict = {"__name__": "__main__"}
+        for path in sorted((p.root / "solutions" / assignment).glob("*.ipynb")):
+            notebook = json.loads(path.read_text(encoding="utf-8"))
+            for cell in notebook.get("cells", []):
+                if cell.get("cell_type") != "code":
+                    continue
+                meta = cell.get("metadata", {}).get("nbgrader", {})
+                grade = bool(meta.get("grade")) and not meta.get("solution")
+                for stmt in _check_statements("".join(cell.get("source", "")), grade):
+                    code = compile(ast.Module(body=[stmt], type_ignores=[]), str(path), "exec")
+                    try:
+                        with contextlib.redirect_stdout(io.StringIO()):
+                            exec(code, namespace)  # noqa: S102 (the instructor's own notebook)
+                    except Exception as error:  # noqa: BLE001 (noted; the test sees the rest)
+                        if grade:
+                            where = meta.get("grade_id", "?")
+                            notes.append(f"{assignment} {where}: {type(error).__name__}: {error}")
+    finally:
+        for holder, name, original in saved:
+            setattr(holder, name, original)
+    for k in bad:
+        table.pop(k, None)
+    return table, notes
+
+
+def write_check_data(p: Plan, folder: Path) -> list[str]:
+    """``folder``/<assignment>.pt for each released assignment (see :func:`record_checks`)."""
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    notes = []
+    for a in p.released():
+        table, found = record_checks(p, a.name)
+        notes += found
+        if table:
+            torch.save(table, folder / f"{a.name}.pt")
+    return notes
+
+
 def build_wheel(p: Plan, out: Path) -> Path:
     """The student wheel of ``course_lib`` (embargoed bodies stubbed) in ``out``; its path."""
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="student-wheel-") as tmp:
         build = Path(tmp)
         stub_package(p.root / "course_lib", build / "course_lib", p.by_module())
+        write_check_data(p, build / "course_lib" / "checks" / "data")
         pyproject = (p.root / "pyproject.toml").read_text(encoding="utf-8")
         # only course_lib (no autograder, no dev extras) and no README from the instructor copy
         pyproject = pyproject.replace('include = ["course_lib*", "autograder*"]',
@@ -646,7 +803,7 @@ def build_wheel(p: Plan, out: Path) -> Path:
         )
         (build / "pyproject.toml").write_text(pyproject, encoding="utf-8")
         (build / "setup.cfg").write_text(
-            "[options.package_data]\ncourse_lib = data/*, data/**/*\n", encoding="utf-8"
+            "[options.package_data]\ncourse_lib.checks = data/*.pt\n", encoding="utf-8"
         )
         before = set(out.glob("*.whl"))
         subprocess.run(
