@@ -4,6 +4,11 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Installed with --no-deps: timm declares torchvision, which has no wheel for our CPU torch pin and
+# which the course never runs (tests/test_timm_interop.py stubs the import). timm's other
+# dependencies (huggingface_hub, safetensors, pyyaml) come with transformers.
+# tests/test_environment.py checks this pin against environment.yml and the installed version.
+NO_DEPS_PINS := timm==1.0.31
 # Tools the venv provides (nbgrader calls `alembic`, the book calls `jupyter`) come first on PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 ASSIGNMENTS := $(notdir $(wildcard solutions/a*_*))
@@ -24,6 +29,7 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
 	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet --no-deps $(NO_DEPS_PINS)
 	@if $(PY) -m pip list 2>/dev/null | grep -qi '^nvidia-'; then \
 		echo "error: nvidia-* packages were installed; torch must stay pinned to the CPU build" >&2; exit 1; fi
 	@touch $(STAMP)

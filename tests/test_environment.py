@@ -60,6 +60,34 @@ def test_installed_versions_match_pins():
     assert not wrong, f"installed versions differ from the pins (pinned, installed): {wrong}"
 
 
+def _no_deps_pins() -> dict[str, str]:
+    """Packages the Makefile installs with ``pip install --no-deps`` (not in pyproject.toml)."""
+    m = re.search(r"^NO_DEPS_PINS := (.*)$", (REPO / "Makefile").read_text(), re.MULTILINE)
+    assert m, "Makefile defines no NO_DEPS_PINS"
+    return dict(_split(s) for s in m.group(1).split())
+
+
+def test_no_deps_pins_agree_and_are_installed():
+    pins = _no_deps_pins()
+    assert pins, "NO_DEPS_PINS is empty"
+    assert not set(pins) & set(_pyproject_pins()), "a --no-deps package is also in pyproject.toml"
+    comment = (REPO / "environment.yml").read_text()
+    wrong = {}
+    for name, version in pins.items():
+        assert f"pip install --no-deps {name}=={version}" in comment, (
+            f"environment.yml should tell conda users to `pip install --no-deps {name}=={version}`"
+        )
+        installed = md.version(name)
+        if installed != version:
+            wrong[name] = (version, installed)
+        # its declared dependencies, except torchvision (never imported), must be installed
+        for requirement in md.requires(name) or []:
+            dep = re.split(r"[\s;<>=!~\[]", requirement, maxsplit=1)[0]
+            if dep.lower() != "torchvision" and "extra ==" not in requirement:
+                md.version(dep)  # raises PackageNotFoundError when missing
+    assert not wrong, f"--no-deps packages differ from the Makefile pins: {wrong}"
+
+
 def test_no_cuda_wheels_installed():
     nvidia = sorted(
         d.metadata["Name"]
