@@ -87,14 +87,14 @@ def finish(course: Course, assignment: str, subs: list, rows: list[dict]) -> lis
             dest = Path(settings["autograded"]) / row["student"] / assignment
             dest.mkdir(parents=True, exist_ok=True)
             for name in CARRIED:
-                if (base / name).is_file() and base.resolve() != dest.resolve():
+                if _regular(base / name) and base.resolve() != dest.resolve():
                     shutil.copyfile(base / name, dest / name)
             try:
                 submission = gb.find_submission(assignment, row["student"])
             except MissingEntry:
                 continue
             stamp = base / "timestamp.txt"
-            if stamp.is_file():
+            if _regular(stamp):
                 try:
                     submission.timestamp = parse_utc(stamp.read_text().strip())
                 except (ValueError, OverflowError):
@@ -106,7 +106,7 @@ def finish(course: Course, assignment: str, subs: list, rows: list[dict]) -> lis
             if seconds and seconds > 0:
                 late.append(row)
             for name, path in sub.notebooks.items():
-                if path is not None and (dest / name).is_file():
+                if path is not None and _regular(Path(path)) and (dest / name).is_file():
                     keep_student_work(dest / name, Path(path))
     for row in late:
         hours = row["seconds_late"] / 3600
@@ -145,6 +145,11 @@ def _note(outputs: list) -> list:
     return [nbformat.v4.new_output("stream", name="stdout", text=OUTPUT_NOTE), *outputs]
 
 
+def _regular(path: Path) -> bool:
+    """A regular file, not a link (a student's link could point at any host file)."""
+    return path.is_file() and not path.is_symlink()
+
+
 def keep_student_work(autograded: Path, submitted: Path) -> bool:
     """Add the student's outputs and added cells to the autograded notebook (in place)."""
     try:
@@ -165,7 +170,7 @@ def keep_student_work(autograded: Path, submitted: Path) -> bool:
     ids = {c.get("id") for c in nb.cells}
     for cell in student.cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
-        gid = meta.get("grade_id")
+        gid = meta.get("grade_id") if isinstance(meta.get("grade_id"), str) else None
         outputs = _trim(cell.get("outputs", [])) if cell.cell_type == "code" else []
         if gid and gid in index_of:
             anchor = index_of[gid]
