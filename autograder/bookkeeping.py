@@ -31,6 +31,7 @@ NOT_GRADED = "added by the student: not graded"
 OUTPUT_NOTE = "[the student's own output when they ran this cell; not graded]\n"
 MAX_TEXT = 20_000  # characters per text output kept
 MAX_DATA = 2_000_000  # characters per rich output (e.g. a base64 PNG)
+SAFE_MIME = ("text/plain", "image/png", "image/jpeg", "image/gif")  # shown, never run
 
 
 def quiet_sqlalchemy() -> None:
@@ -129,6 +130,9 @@ def _trim(outputs: list) -> list:
         data = out.get("data")
         if isinstance(data, dict):
             for key in list(data):
+                if key not in SAFE_MIME:  # HTML, SVG, JavaScript, Markdown would run or render
+                    del data[key]
+                    continue
                 value = data[key]
                 size = len(value) if isinstance(value, str) else len(str(value))
                 if size > MAX_DATA:
@@ -192,7 +196,11 @@ def keep_student_work(autograded: Path, submitted: Path) -> bool:
             new.source = f"# [{NOT_GRADED}]\n{new.source}"
             new.outputs, new.execution_count = outputs, None
         else:
-            new.source = f"*[{NOT_GRADED}]*\n\n{new.source}"
+            from .gradebook import inert_markdown  # the student's text, shown but never run
+
+            new.source = f"*[{NOT_GRADED}]*\n\n{inert_markdown(new.source)}"
+            new.metadata.pop("format", None)
+            new.metadata.pop("raw_mimetype", None)
         base_id = str(new.get("id") or "student")
         new_id, n = f"{base_id}-student"[:60], 2
         while new_id in ids:
