@@ -5,6 +5,13 @@ loads with ``torch.load(weights_only=True)``, so only tensors, numbers, strings,
 dtypes, devices, sizes and nested lists / tuples / dicts can cross; an arbitrary pickle (a class
 the student defined, a tensor subclass, a function) is refused by the loader.
 
+Before anything is decoded, a message is checked (:func:`check_archive`): at most
+``MAX_RECORDS`` archive entries, none compressed (``torch.save`` never compresses; a deflated
+storage is how a 1 MB message becomes 1 GB), their sizes adding up to the message's. After the
+restricted unpickler ran, :func:`check_plain` walks the result as the receiver will (a shared list
+counts once per reference): at most ``MAX_NODES`` values, ``MAX_DEPTH`` levels and ``MAX_BYTES``
+of tensor data, so a small pickle of shared nested lists cannot expand into gigabytes.
+
 Objects that are not plain data (an ``nn.Module`` the student's code built, an optimizer, a
 generator) stay in the worker; what crosses is a marker ``{REMOTE_KEY: id, "type": "Cls"}`` that
 the trusted side turns into a :class:`autograder.proxy.Remote` handle.
@@ -15,6 +22,7 @@ from __future__ import annotations
 import io
 import socket
 import struct
+import zipfile
 from typing import Any
 
 import torch
@@ -23,6 +31,9 @@ REMOTE_KEY = "__autograder_remote__"
 HEADER = struct.Struct(">Q")
 MAX_MESSAGE = 512 * 1024**2  # a reply larger than this is refused (e.g. a 10 GB tensor)
 MAX_DEPTH = 32
+MAX_RECORDS = 20_000  # archive entries (one per tensor storage, plus a few)
+MAX_NODES = 2_000_000  # values in a decoded message, counting shared ones once per reference
+MAX_BYTES = 1024**3  # tensor data in a decoded message, shared storages counted per reference
 
 
 class ProtocolError(Exception):
@@ -35,11 +46,60 @@ def dumps(obj: Any) -> bytes:
     return buffer.getvalue()
 
 
-def loads(data: bytes) -> Any:
+def check_archive(data: bytes) -> None:
+    """Refuse an archive whose decoding could cost more than its size (before decoding it)."""
     try:
-        return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            infos = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as error:
+        raise ProtocolError(f"message is not a torch.save archive ({error})") from None
+    if len(infos) > MAX_RECORDS:
+        raise ProtocolError(f"message has {len(infos)} records (at most {MAX_RECORDS})")
+    total = 0
+    for info in infos:
+        if info.compress_type != zipfile.ZIP_STORED or info.file_size != info.compress_size:
+            raise ProtocolError(f"message record {info.filename[-40:]!r} is compressed")
+        total += info.file_size
+    if total > len(data):
+        raise ProtocolError("message records add up to more than the message")
+    names = [info.filename for info in infos]
+    if len(set(names)) != len(names):
+        raise ProtocolError("message has duplicate records")
+
+
+def check_plain(obj: Any, *, nodes: int = MAX_NODES, data: int = MAX_BYTES) -> None:
+    """Walk a decoded message as a tree; refuse it past ``nodes`` values, ``MAX_DEPTH`` + 2
+    levels or ``data`` bytes of tensors (stops early: the cost is bounded by the limits)."""
+    budget = [nodes, data]
+    stack: list[tuple[Any, int]] = [(obj, 0)]
+    while stack:
+        value, depth = stack.pop()
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise ProtocolError(f"message holds more than {nodes} values")
+        if depth > MAX_DEPTH + 2:
+            raise ProtocolError("message is nested too deeply")
+        if isinstance(value, torch.Tensor):
+            budget[1] -= value.untyped_storage().nbytes()
+            if budget[1] < 0:
+                raise ProtocolError(f"message holds more than {data} bytes of tensors")
+        elif isinstance(value, (dict, list, tuple)) and len(value) > budget[0]:
+            raise ProtocolError(f"message holds more than {nodes} values")
+        elif isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.keys())
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((v, depth + 1) for v in value)
+
+
+def loads(data: bytes) -> Any:
+    check_archive(data)
+    try:
+        obj = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
     except Exception as error:  # the loader refuses anything but plain data
         raise ProtocolError(f"message is not plain data: {type(error).__name__}: {error}") from None
+    check_plain(obj)
+    return obj
 
 
 def send(sock: socket.socket, obj: Any) -> None:

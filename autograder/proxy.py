@@ -24,6 +24,7 @@ Failures surface as exceptions whose messages are meant for the student: :class:
 from __future__ import annotations
 
 import os
+import secrets
 import select
 import signal
 import socket
@@ -67,6 +68,10 @@ class WorkerDied(FatalError):
 
 class CallTimeout(WorkerDied):
     pass
+
+
+class Tampering(FatalError):
+    """A reply the worker's server did not write (student code wrote to the grader's channel)."""
 
 
 class LoadFailed(FatalError):
@@ -225,6 +230,8 @@ class WorkerSession:
         if remaining <= 0:
             raise WorkerDied("the submission's total time limit was exceeded")
         wall = min(WALL_FACTOR * timeout + WALL_SLACK, remaining)
+        nonce = secrets.token_hex(16)
+        msg = {**msg, "nonce": nonce}
         try:
             self.sock.settimeout(60)
             protocol.send(self.sock, msg)
@@ -254,6 +261,14 @@ class WorkerSession:
             raise WorkerDied(
                 f"the worker sent back something that is not plain data ({error})"
             ) from None
+        if not isinstance(reply, dict) or reply.get("nonce") != nonce:
+            self.close()
+            text = (
+                "tampering: a reply on the grader's channel did not come from the grader's worker "
+                "(student code wrote to it); the test fails"
+            )
+            self.state.fatal.append(text)
+            raise Tampering(text)
         if reply.get("output"):
             self.state.output.append(reply["output"])
         return reply

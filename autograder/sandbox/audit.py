@@ -1,0 +1,215 @@
+"""What the worker's own interpreter refuses once student code can run in it.
+
+The kernel-level containment (:mod:`.namespaces`, :mod:`.limits`) is the boundary where the
+system permits it; this layer is what remains in fallback mode and a second line otherwise:
+
+- an audit hook (cannot be removed once installed) refusing writes outside the work folder,
+  reading hidden folders, changing directory out of it, starting processes, signals, ``ctypes``,
+  ``sqlite3``, sockets without a network namespace, and reaching the interpreter's frames or
+  objects (``gc`` walks, frame attributes, ``sys._getframe``, new code objects, trace and
+  profile hooks): the ways to get at the forbidden-call detector;
+- ``refuse_builtins``: threads, FIFOs / device nodes and ``_posixsubprocess.fork_exec`` (no audit
+  events in 3.11) replaced by functions that refuse;
+- ``seal_imports``: the grader's modules dropped from ``sys.modules`` and refused by a finder
+  placed first on ``sys.meta_path``, so no name, string or ``importlib`` call reaches them.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_PATH_EVENTS = {
+    "os.remove", "os.rmdir", "os.rename", "os.mkdir", "os.chmod", "os.chown", "os.link",
+    "os.symlink", "os.truncate", "os.utime", "os.chflags", "os.lchflags", "os.setxattr",
+    "os.removexattr", "shutil.rmtree", "shutil.copyfile", "shutil.copytree", "shutil.move",
+    "shutil.copymode", "shutil.copystat", "shutil.chown", "shutil.make_archive",
+    "shutil.unpack_archive", "os.chdir",
+}  # fmt: skip
+_DENIED_EVENTS = {
+    "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system",
+    "os.startfile", "subprocess.Popen", "os.kill", "os.killpg", "pty.spawn", "os.add_dll_directory",
+    "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.call_function",
+    "ctypes.addressof", "ctypes.string_at", "ctypes.wstring_at", "ctypes.cdata",
+    "ctypes.cdata/buffer", "sqlite3.connect", "sqlite3.connect/handle",
+    "sqlite3.enable_load_extension", "sqlite3.load_extension", "os.fchdir", "mmap.__new__",
+    "sys.remote_exec", "_thread.start_new_thread",
+}  # fmt: skip
+# Reaching the interpreter's frames and objects: refused unless the worker's own code asks.
+_INTROSPECTION = {
+    "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
+    "sys._current_exceptions", "sys.settrace", "sys.setprofile", "code.__new__",
+    "function.__new__", "sys._getframemodulename",
+}  # fmt: skip
+_FRAME_ATTRIBUTES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "gi_code"}
+_PROC_PRIVATE = ("environ", "mem", "maps", "auxv", "pagemap", "syscall", "stack", "cmdline")
+
+
+class Trust:
+    """Lets the worker's own code do what the hook refuses to student code (a counter kept in
+    the hook's closure; the only reference is held by the worker's server)."""
+
+    def __init__(self, enter: Callable[[], None], leave: Callable[[], None], labels: set[str]):
+        self._enter, self._leave = enter, leave
+        self.labels = labels  # file names of the student's code (filled in by the worker)
+
+    def __enter__(self) -> None:
+        self._enter()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._leave()
+
+
+def install_audit_hook(cwd: str, hidden: list[str], *, block_sockets: bool) -> Trust:
+    realpath, fspath, fsdecode, getcwd = os.path.realpath, os.fspath, os.fsdecode, os.getcwd
+    join, isabs, isdir = os.path.join, os.path.isabs, os.path.isdir
+    root = os.path.realpath(cwd)
+    trusted = [0]
+    labels: set[str] = set()
+    getframe = sys._getframe
+    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # autograder/
+
+    def student_or_grader(frame: Any) -> bool:
+        name = frame.f_code.co_filename
+        return name in labels or name.startswith(own)
+
+    def frame_request(returned: Any) -> None:
+        """sys._getframe: allowed to library code asking for library frames (torch formats
+        stacks), never to student code, never returning a student's or the grader's frame."""
+        trusted[0] += 1  # the hook's own sys._getframe call must not come back here
+        try:
+            caller = getframe(1).f_back  # hook <- (C) sys._getframe <- caller
+        finally:
+            trusted[0] -= 1
+        if caller is None or student_or_grader(caller) or student_or_grader(returned):
+            raise ValueError("frame introspection is not allowed while grading")
+
+    def resolve(path: Any) -> str | None:
+        if isinstance(path, int):
+            return None
+        try:
+            text = fsdecode(fspath(path))
+        except TypeError:
+            return None
+        return realpath(text if isabs(text) else join(getcwd(), text))  # the current folder
+
+    def inside(path: str) -> bool:
+        return path == root or path.startswith(root + "/")
+
+    def is_hidden(path: str) -> bool:
+        if any(path == h or path.startswith(h + "/") for h in hidden):
+            return True
+        if path.startswith("/proc/"):  # another process's (or the original) environment
+            parts = path.split("/")
+            return len(parts) > 3 and parts[-1] in _PROC_PRIVATE
+        return False
+
+    def hook(event: str, args: tuple) -> None:
+        if trusted[0]:
+            return
+        if event == "open":
+            if isinstance(args[0], int) and args[0] > 2:
+                raise PermissionError(errno.EPERM, "opening raw file descriptors is not allowed")
+            path = resolve(args[0])
+            if path is None:
+                return
+            mode, flags = args[1] or "", args[2] or 0
+            if is_hidden(path):
+                raise PermissionError(errno.EACCES, "the grader's files are not readable", path)
+            writing = any(c in mode for c in "wax+") or bool(flags & _WRITE_FLAGS)
+            if writing and not inside(path) and path != "/dev/null":
+                raise PermissionError(errno.EACCES, "writing outside the work folder", path)
+            if not mode and isdir(path):  # a directory fd would give paths relative to it
+                raise PermissionError(errno.EACCES, "opening a directory is not allowed", path)
+        elif event in ("os.listdir", "os.scandir", "glob.glob"):
+            path = resolve(args[0] if args and args[0] is not None else ".")
+            if path and is_hidden(path):
+                raise PermissionError(errno.EACCES, "the grader's files are not readable", path)
+        elif event in _PATH_EVENTS:
+            for arg in args:
+                path = resolve(arg) if isinstance(arg, (str, bytes, os.PathLike)) else None
+                if path is not None and not inside(path):
+                    raise PermissionError(errno.EACCES, f"{event} outside the work folder", path)
+        elif event in _DENIED_EVENTS:
+            raise PermissionError(errno.EPERM, f"{event} is not allowed while grading")
+        elif event == "sys._getframe":
+            frame_request(args[0] if args else None)
+        elif event in _INTROSPECTION:
+            if event.startswith("sys._getframe"):  # what library code expects when none exists
+                raise ValueError("frame introspection is not allowed while grading")
+            raise PermissionError(errno.EPERM, f"{event} is not allowed while grading")
+        elif event in ("object.__getattr__", "object.__setattr__", "object.__delattr__"):
+            name = args[1] if len(args) > 1 else ""
+            if name in _FRAME_ATTRIBUTES or (name == "__code__" and event != "object.__getattr__"):
+                raise PermissionError(errno.EPERM, f"{event} {name!r} is not allowed while grading")
+        elif block_sockets and event.startswith("socket."):
+            raise PermissionError(errno.EPERM, "network access is not allowed while grading")
+
+    def enter() -> None:
+        trusted[0] += 1
+
+    def leave() -> None:
+        trusted[0] -= 1
+
+    sys.addaudithook(hook)
+    return Trust(enter, leave, labels)
+
+
+def _refuse(what: str, error: type[BaseException] = PermissionError) -> Callable:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise error(f"{what} is not allowed while grading")
+
+    return refuse
+
+
+def refuse_builtins() -> None:
+    """Threads (the detector watches one thread), FIFOs, device nodes and raw process creation
+    refused at the Python level (the kernel refuses threads and processes too where the worker
+    has a uid of its own)."""
+    import _posixsubprocess
+    import _thread
+    import posix
+    import threading
+
+    thread = _refuse("can't start new thread: starting a thread", RuntimeError)
+    _thread.start_new_thread = _thread.start_new = thread
+    threading._start_new_thread = thread
+    for module in (os, posix):
+        for name in ("mkfifo", "mknod", "fork", "forkpty", "register_at_fork"):
+            if hasattr(module, name):
+                setattr(module, name, _refuse(f"os.{name}"))
+    _posixsubprocess.fork_exec = _refuse("starting a process")
+    for name in ("getprofile", "gettrace"):  # the detector's profile hook stays out of reach
+        setattr(sys, name, lambda: None)
+    threading.setprofile = threading.settrace = _refuse("threading.setprofile")
+
+
+class _Sealed:
+    """A meta-path finder that refuses the grader's packages whatever the spelling."""
+
+    def __init__(self, prefixes: tuple[str, ...]):
+        self.prefixes = prefixes
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if any(name == p or name.startswith(p + ".") for p in self.prefixes):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+    def find_module(self, name: str, path: Any = None) -> None:
+        self.find_spec(name, path)
+
+
+SEALED = ("autograder", "pytest", "_pytest", "pluggy")
+
+
+def seal_imports(prefixes: tuple[str, ...] = SEALED) -> None:
+    """Drop ``prefixes`` from ``sys.modules`` and refuse to import them again. The worker's own
+    code keeps working: it holds its module objects through its functions' globals."""
+    for name in list(sys.modules):
+        if any(name == p or name.startswith(p + ".") for p in prefixes):
+            del sys.modules[name]
+    sys.meta_path.insert(0, _Sealed(prefixes))
