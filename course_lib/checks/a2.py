@@ -311,3 +311,9 @@ def check_fit_power_law(fn: Callable[..., Any]) -> None:
             f"through (log n, log y) has p = {want_p:.6g}, c = {math.exp(want_logc):.6g}"
         )
     passed("fit_power_law is right")
+
+
+# A blank answer (NotImplementedError) fails its check with a message.
+from ._blank import report_unimplemented  # noqa: E402
+
+report_unimplemented(globals())

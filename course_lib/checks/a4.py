@@ -557,3 +557,9 @@ def check_generate(fn: Callable[..., Any], cls: type) -> None:
     else:
         raise CheckFailed("5 + 20 tokens with block_size=24 should raise a ValueError")
     passed("generate passes the visible checks")
+
+
+# A blank answer (NotImplementedError) fails its check with a message.
+from ._blank import report_unimplemented  # noqa: E402
+
+report_unimplemented(globals())
