@@ -43,9 +43,15 @@ def nbgrader_env() -> dict[str, str]:
 
 
 def release(course: Course, names: list[str]) -> int:
+    from .authoring import build, source_path
+
     status = 0
     for name in names:
         source = course.source_dir(name)
+        # the source notebook and the samples are generated from the text source, if there is one
+        if source_path(course, name).exists() and build(course, [name]) != 0:
+            status = 1
+            continue
         if not any(source.glob("*.ipynb")):
             print(f"error: no source notebooks in {source}", file=sys.stderr)
             status = 1
@@ -82,7 +88,7 @@ def leaks(course: Course, name: str) -> list[str]:
             continue
         if path.name.startswith("test_") and path.suffix == ".py":
             problems.append(f"{path} looks like a test file in the release")
-        if path.suffix == ".ipynb":
+        if path.suffix in (".ipynb", ".md", ".py", ".txt"):
             text = path.read_text(encoding="utf-8", errors="replace")
             for marker in ("### BEGIN SOLUTION", "### BEGIN HIDDEN TESTS"):
                 if marker in text:

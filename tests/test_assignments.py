@@ -1,0 +1,425 @@
+"""Every assignment: its text source, source notebook, release, hidden suite and samples agree.
+
+For each ``solutions/<name>/<name>.md`` (the one text source of an assignment):
+
+- the committed source notebook is what the text source gives (cell text, ids and metadata), and a
+  fresh ``python -m autograder release`` in an empty course (only the text sources, the sample
+  patches and the configuration) regenerates the source notebook, the samples and the release
+  byte for byte;
+- a release holds no solution code and no hidden test (the suite's canary string, its test
+  names, its module names), and no text source;
+- the points agree: the "What is graded" table states the points of the grade cells, and
+  ``python -m autograder check`` (reference 100 %, blank 0, rerun identical) verifies that the
+  hidden tests of each grade cell add up to its points;
+- ``python -m autograder selfgrade``: every sample gets the score in its ``expected.json``;
+- every visible check cell passes on the reference solution and fails with a message on the
+  blank release (A1-A3's checks were never run by the test suite before);
+- a sample patch fails loudly when its cell or its text is gone.
+
+Grading starts sandboxed worker processes: the slow tests run in one xdist group.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder.authoring import (
+    AuthoringError,
+    apply_patch,
+    kind_of,
+    load_samples,
+    submission,
+    to_notebook,
+    to_text,
+    unmark,
+)
+from autograder.course import Course
+from autograder.notebook import keep_statement
+
+ROOT = Path(__file__).resolve().parent.parent
+COURSE = Course(ROOT)
+ASSIGNMENTS = sorted(
+    p.name for p in (ROOT / "solutions").glob("a*_*") if (p / f"{p.name}.md").exists()
+)
+GRADER = [sys.executable, "-m", "autograder", "--course-dir", str(ROOT)]
+# One runner for a small check (three submissions: a second runner costs more to start than it
+# saves); two for the bigger suites and for the self-grade.
+JOBS = {"a1_rnn_attention": 1, "a2_self_attention": 1, "a3_transformer": 1}
+SELFGRADE_LIMITS = ["--jobs", "2", "--quiet"]
+CANARY = re.compile(r"CANARY-HIDDEN-[A-Za-z0-9-]+")
+
+pytestmark = pytest.mark.xdist_group("assignments")
+
+
+def run(args: list[str], cwd: Path = ROOT, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def source_notebook(name: str) -> nbformat.NotebookNode:
+    return nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4)
+
+
+def release_notebook(name: str) -> nbformat.NotebookNode:
+    return nbformat.read(ROOT / "assignments" / name / f"{name}.ipynb", as_version=4)
+
+
+def solution_lines(name: str) -> list[str]:
+    """Distinctive lines from inside the source's BEGIN/END SOLUTION regions."""
+    lines, inside = [], False
+    for cell in source_notebook(name).cells:
+        for line in cell.source.split("\n"):
+            stripped = line.strip()
+            if stripped == "### BEGIN SOLUTION":
+                inside = True
+            elif stripped == "### END SOLUTION":
+                inside = False
+            elif inside and len(stripped) >= 25 and not stripped.startswith("#"):
+                lines.append(stripped)
+    return lines
+
+
+def test_there_are_assignments():
+    assert len(ASSIGNMENTS) >= 5, ASSIGNMENTS
+
+
+# --------------------------------------------------------------------------------------------
+# text source -> source notebook -> release
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_source_notebook_is_the_text_source(name):
+    """No hand edit of the generated notebook: text, ids and metadata all come from the .md,
+    and the .md is what the builder would write back (it round-trips)."""
+    text = (ROOT / "solutions" / name / f"{name}.md").read_text(encoding="utf-8")
+    nb = to_notebook(text, name)
+    committed = (ROOT / "solutions" / name / f"{name}.ipynb").read_text(encoding="utf-8")
+    assert nbformat.writes(nb) + "\n" == committed, (
+        f"solutions/{name}/{name}.ipynb is not generated from {name}.md: edit the .md and run "
+        f"`python -m autograder build {name}`"
+    )
+    assert to_text(nb) == text, f"{name}.md is not in the builder's canonical form"
+
+
+@pytest.mark.slow
+def test_release_regenerates_byte_for_byte(tmp_path):
+    """From the text sources alone, ``release`` writes the committed source notebooks, samples
+    and releases."""
+    for path in ("nbgrader_config.py", "pyproject.toml"):
+        shutil.copy(ROOT / path, tmp_path / path)
+    (tmp_path / "course_lib").symlink_to(ROOT / "course_lib")  # first-party for ruff's isort
+    for name in ASSIGNMENTS:
+        (tmp_path / "solutions" / name).mkdir(parents=True)
+        shutil.copy(ROOT / "solutions" / name / f"{name}.md", tmp_path / "solutions" / name)
+        (tmp_path / "autograder" / "samples" / name).mkdir(parents=True)
+        for part in ("samples.yml", "expected.json"):
+            shutil.copy(ROOT / "autograder" / "samples" / name / part,
+                        tmp_path / "autograder" / "samples" / name / part)  # fmt: skip
+    out = run([*GRADER[:-1], str(tmp_path), "release", *ASSIGNMENTS], cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for name in ASSIGNMENTS:
+        fresh_samples = tmp_path / "autograder" / "samples" / name
+        generated = [
+            Path("solutions") / name / f"{name}.ipynb",
+            Path("assignments") / name / f"{name}.ipynb",
+            *(p.relative_to(tmp_path) for p in fresh_samples.rglob("*") if p.is_file()),
+        ]
+        committed_samples = ROOT / "autograder" / "samples" / name
+        committed = [p.relative_to(ROOT) for p in committed_samples.rglob("*") if p.is_file()]
+        committed = [p for p in committed if not any(part.startswith(".") for part in p.parts)]
+        assert sorted(committed) == sorted(p for p in generated if p.parts[0] == "autograder"), (
+            f"autograder/samples/{name} holds files the builder does not write"
+        )
+        for rel in generated:
+            assert (tmp_path / rel).read_bytes() == (ROOT / rel).read_bytes(), (
+                f"{rel} differs from a fresh build: run `make release` and commit"
+            )
+        released = sorted(p.name for p in (tmp_path / "assignments" / name).iterdir())
+        assert released == [f"{name}.ipynb"], f"the release of {name} holds {released}"
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_release_has_no_solution_and_no_hidden_test(name):
+    release = ROOT / "assignments" / name
+    files = sorted(p for p in release.rglob("*") if p.is_file())
+    assert [p.name for p in files] == [f"{name}.ipynb"], f"unexpected files in {release}: {files}"
+    text = files[0].read_text(encoding="utf-8")
+    secrets = solution_lines(name)
+    assert len(secrets) >= 10, "the source should have solution code to leak"  # not vacuous
+    leaked = [line for line in secrets if line in text]
+    assert not leaked, f"solution code in the release of {name}: {leaked[:3]}"
+    assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text
+    suite = sorted((ROOT / "autograder" / "tests" / name).glob("*.py"))
+    canaries = {m for p in suite for m in CANARY.findall(p.read_text(encoding="utf-8"))}
+    assert len(canaries) == 1, f"the hidden suite of {name} has canaries {canaries}"
+    (canary,) = canaries
+    for path in suite:  # in every module, so that any one of them leaking shows
+        source = path.read_text(encoding="utf-8")
+        assert canary in source, f"canary not planted in {path.name}"
+        assert path.stem not in text, f"the hidden module {path.stem} is named in the release"
+        for test in re.findall(r"^def (test_\w+)", source, flags=re.M):
+            assert test not in text, f"hidden test {test} is named in the release of {name}"
+    assert canary not in text, f"the hidden suite's canary appears in the release of {name}"
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_release_cells_match_the_source(name):
+    """Every graded cell of the source is in the release, with its points; stubs replace
+    solutions, so the release raises NotImplementedError where the student must write code."""
+    source = {c.metadata["nbgrader"]["grade_id"]: c for c in source_notebook(name).cells
+              if "nbgrader" in c.metadata}  # fmt: skip
+    seen = {}
+    for cell in release_notebook(name).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if "grade_id" in meta:
+            seen[meta["grade_id"]] = cell
+            assert meta.get("points") == source[meta["grade_id"]].metadata["nbgrader"].get("points")
+        if meta.get("solution") and cell.cell_type == "code":
+            assert "raise NotImplementedError()" in cell.source, meta["grade_id"]
+    assert set(seen) == set(source)
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_points_table_agrees_with_the_grade_cells(name):
+    """The points are declared once, in the cells' options; the "What is graded" table that
+    students read states the same totals (and, where it has one row per step, the same sums)."""
+    cells = source_notebook(name).cells
+    auto = sum(c.metadata["nbgrader"]["points"] for c in cells if kind_of(c) == "check")
+    manual = sum(c.metadata["nbgrader"]["points"] for c in cells if kind_of(c) == "written")
+    assert auto > 0 and manual > 0, name
+    table = next(c.source for c in cells if "## What is graded" in c.source)
+    total = f"**{auto + manual:g}** ({auto:g} automatic + {manual:g} by hand)"
+    assert total in table, f"{name}: the table does not state {total}"
+    rows = re.findall(r"^\| (.+?) \| (hidden tests|by hand) \| ([\d.]+) \|$", table, re.M)
+    if rows:
+        assert sum(float(p) for _, kind, p in rows if kind == "hidden tests") == auto, name
+        assert sum(float(p) for _, kind, p in rows if kind == "by hand") == manual, name
+
+
+# --------------------------------------------------------------------------------------------
+# samples
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_samples_are_patches_of_existing_cells(name):
+    """Each sample changes at least one solution cell, and each patch changes its cell."""
+    nb = source_notebook(name)
+    samples = load_samples(COURSE, name)
+    expected = json.loads((COURSE.samples_dir(name) / "expected.json").read_text())
+    assert set(samples) == set(expected) - {"reference", "blank"} == {"partial", "broken", "cheat"}
+    solutions = {c.id: unmark(c.source) for c in nb.cells if kind_of(c) in ("solution", "written")}
+    for sample, spec in samples.items():
+        assert spec["cells"], f"{name}/{sample} patches nothing"
+        for gid, patch in spec["cells"].items():
+            assert gid in solutions, f"{name}/{sample}: {gid} is not a solution cell"
+            patched = apply_patch(solutions[gid], patch, f"{name}/{sample}/{gid}")
+            assert patched != solutions[gid], f"{name}/{sample}: the patch of {gid} changes nothing"
+
+
+def test_a_stale_patch_fails_loudly():
+    nb = source_notebook("a3_transformer")
+    with pytest.raises(AuthoringError, match="no solution cells named"):
+        submission(nb, {"no_such_cell": {"code": "x = 1"}}, "test")
+    with pytest.raises(AuthoringError, match="no longer in the cell"):
+        submission(nb, {"layer_norm": {"replace": [{"old": "not there", "new": ""}]}}, "test")
+    with pytest.raises(AuthoringError, match="either code or replace"):
+        submission(nb, {"layer_norm": {"code": "x", "replace": []}}, "test")
+
+
+def test_a_malformed_text_source_fails_loudly():
+    head = "```{code-cell} ipython3\n"
+    for text, message in [
+        (f"{head}:kind: check\n:grade_id: c\n\nx = 1\n```\n", "need points"),
+        (f"{head}:kind: solution\n:grade_id: s\n\nx = 1\n```\n", "no ### BEGIN SOLUTION"),
+        (f"{head}:kind: sulotion\n:grade_id: s\n\nx = 1\n```\n", "unknown kind"),
+        (f"{head}:kind: provided\n\nx = 1\n```\n", "needs a grade_id"),
+        (f"{head}:grade: 3\n\nx = 1\n```\n", "unknown options"),
+        ('+++ {"grade_id": "a"}\n\nA\n\n+++ {"grade_id": "a"}\n\nB\n', "duplicate"),
+    ]:
+        with pytest.raises(AuthoringError, match=message):
+            to_notebook(text)
+
+
+# --------------------------------------------------------------------------------------------
+# visible checks
+# --------------------------------------------------------------------------------------------
+
+
+def definitions(nb: nbformat.NotebookNode, name: str) -> dict:
+    """The notebook's imports, functions, classes and constants (what the grader runs), executed
+    here statement by statement: solution and provided cells, without the experiments (a
+    statement that needs an experiment's data fails and is dropped, as in the grader) and
+    without the checks."""
+    namespace: dict = {"__name__": f"visible_{name}"}
+    for cell in nb.cells:
+        if cell.cell_type != "code" or kind_of(cell) not in ("solution", "provided"):
+            continue
+        for stmt in ast.parse(unmark(cell.source)).body:
+            if keep_statement(stmt):
+                with contextlib.suppress(Exception):
+                    code = compile(ast.Module([stmt], []), f"{name}/{cell.id}", "exec")
+                    exec(code, namespace)
+    return namespace
+
+
+def check_cells(nb: nbformat.NotebookNode) -> dict[str, str]:
+    return {c.id: c.source for c in nb.cells if c.cell_type == "code" and kind_of(c) == "check"}
+
+
+# checks of a trained model (the training cell is an experiment the tests do not run)
+TRAINED = {"check_train_vit"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_visible_checks_pass_the_reference_and_fail_the_blank_with_a_message(name):
+    """The check cells run in order in one namespace, as in the notebook (a check cell may use
+    what an earlier one computed). On the blank release each check must fail with a message: a
+    CheckFailed, or the stub's own NotImplementedError."""
+    from course_lib.checks import CheckFailed
+
+    reference = source_notebook(name)
+    blank = release_notebook(name)
+    ref_ns, blank_ns = definitions(reference, name), definitions(blank, name)
+    cells = check_cells(reference)
+    assert cells == check_cells(blank), "the release's check cells differ from the source's"
+    failures, ran = [], 0
+    for gid, code in cells.items():
+        if gid in TRAINED:
+            continue
+        ran += 1
+        code = compile(code, f"{name}/{gid}", "exec")
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                exec(code, ref_ns)
+        except Exception as error:  # noqa: BLE001 (collect every failing check)
+            failures.append(f"{gid} fails the reference: {type(error).__name__}: {error}")
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                exec(code, blank_ns)
+        except CheckFailed as error:
+            if len(str(error)) < 20:
+                failures.append(f"{gid}: the blank gets a terse message {str(error)!r}")
+        except NotImplementedError:
+            pass  # the traceback ends in the student's stub, which says what to do
+        except Exception as error:  # noqa: BLE001
+            failures.append(f"{gid}: the blank gets {type(error).__name__}: {error}, no message")
+        else:
+            failures.append(f"{gid} passes the blank release")
+    assert ran >= 5 and not failures, "\n".join(failures)
+
+
+def sample_definitions(name: str, sample: str) -> dict:
+    return definitions(nbformat.read(COURSE.samples_dir(name) / f"{sample}.ipynb", 4), sample)
+
+
+@pytest.mark.slow
+def test_a4_visible_checks_name_the_mistakes_of_the_samples():
+    from course_lib.checks import CheckFailed, a4
+
+    partial = sample_definitions("a4_bert_gpt", "partial")
+    with pytest.raises(CheckFailed, match="replaced by \\[MASK\\]"):
+        a4.check_mask_tokens(partial["mask_tokens"])
+    with pytest.raises(CheckFailed, match="crosses p"):
+        a4.check_top_p_filter(partial["top_p_filter"])
+
+    def no_early_stop(text, num_merges):  # merges pairs that occur once
+        return partial["learn_merges"](text, num_merges) + [(1, 2)] * 3
+
+    with pytest.raises(CheckFailed, match="fewer than 2 times"):
+        a4.check_learn_merges(no_early_stop)
+
+
+@pytest.mark.slow
+def test_a5_visible_checks_name_the_mistakes_of_the_samples():
+    import torch
+
+    from course_lib.checks import CheckFailed, a5
+
+    partial = sample_definitions("a5_vision_transformers", "partial")
+    with pytest.raises(CheckFailed, match=r"\(P, P, C\) instead of \(C, P, P\)"):
+        a5.check_patchify(partial["patchify"])
+    with pytest.raises(CheckFailed, match="reading order"):
+        a5.check_patch_merging(partial["PatchMerging"])
+    with pytest.raises(CheckFailed, match="full width"):
+        a5.check_channel_attention(partial["ChannelAttention"])
+    with pytest.raises(CheckFailed, match="inverted"):
+        a5.check_shifted_window_mask(lambda *args: ~partial["shifted_window_mask"](*args))
+
+    class Untrained(torch.nn.Module):
+        def forward(self, images):
+            return torch.zeros(images.shape[0], 10)
+
+    with pytest.raises(CheckFailed, match="below 95%"):
+        a5.check_test_accuracy(Untrained(), torch.zeros(20, 1, 8, 8), torch.arange(20) % 10)
+
+
+def test_check_cells_import_their_checks_and_load_no_model():
+    """Each check cell imports what it calls from its course_lib.checks module, and importing
+    those modules loads no reference model: a model module with ``@torch.no_grad()`` methods,
+    once loaded in the grader's worker, makes the forbidden-call detector flag every student
+    function decorated with ``@torch.no_grad()`` (they share torch's wrapper code object)."""
+    modules = set()
+    for name in ASSIGNMENTS:
+        for gid, source in check_cells(source_notebook(name)).items():
+            called = set(re.findall(r"^(check_\w+)\(", source, flags=re.M))
+            imports = re.findall(r"from course_lib\.checks\.(\w+) import (.+)", source)
+            modules |= {module for module, _ in imports}
+            names = {n.strip() for _, line in imports for n in line.split(",")}
+            assert called and called <= names, f"{name}/{gid}: {called} not imported"
+    code = (
+        f"import sys; import {', '.join(f'course_lib.checks.{m}' for m in sorted(modules))}; "
+        "print(sorted(m for m in sys.modules if m.startswith('course_lib.models')))"
+    )
+    out = run([sys.executable, "-c", code])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", f"importing the checks loaded {out.stdout.strip()}"
+
+
+# --------------------------------------------------------------------------------------------
+# grading: reference, blank, samples
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_autograder_check(name):
+    """Reference 100 %, blank release 0, a second run identical, and the hidden tests of each
+    grade cell add up to its points."""
+    jobs = ["--jobs", str(JOBS.get(name, 2)), "--quiet"]
+    out = run([*GRADER, "check", name, *jobs])
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    assert f"check {name}: passed" in out.stdout
+
+
+@pytest.mark.slow
+def test_samples_get_their_expected_scores(tmp_path):
+    rows_path = tmp_path / "rows.json"
+    out = run([*GRADER, "selfgrade", *ASSIGNMENTS, "--out", str(rows_path), *SELFGRADE_LIMITS])
+    rows = json.loads(rows_path.read_text())
+    table = "\n".join(
+        f"{r['assignment']} {r['submission']}: {r['score']} / {r['max_score']} "
+        f"(expected {r['expected']}) {r.get('details', '')}"
+        for r in rows
+    )
+    assert out.returncode == 0, table + out.stderr[-2000:]
+    by_key = {(r["assignment"], r["submission"]): r for r in rows}
+    for name in ASSIGNMENTS:  # reference, blank and the three samples of every assignment
+        for sub in ("reference", "blank", "partial", "broken", "cheat"):
+            assert (name, sub) in by_key, f"{name}/{sub} was not graded:\n{table}"
+        # the samples span the range: none is all or nothing by accident
+        top = by_key[(name, "reference")]["max_score"]
+        scores = [by_key[(name, s)]["score"] for s in ("partial", "broken")]
+        assert all(0 < s < top for s in scores), table
