@@ -43,7 +43,8 @@ def _plan(app: Sphinx):
     if edition == "student":
         from autograder.embargo import plan
 
-        by_module = plan(root).by_module()
+        schedule = app.config.course_schedule
+        by_module = plan(root, Path(schedule) if schedule else None).by_module()
     app._course_embargo = (root, by_module)
     return app._course_embargo
 
@@ -62,7 +63,7 @@ def _box(where: str, content: list[nodes.Node]) -> nodes.admonition:
 
 
 def _schedule_dependency(directive: SphinxDirective, root: Path) -> None:
-    schedule = root / "course.yml"
+    schedule = Path(directive.config.course_schedule or root / "course.yml")
     if schedule.exists():
         directive.env.note_dependency(str(schedule))
 
@@ -138,7 +139,8 @@ def setup(app: Sphinx) -> dict:
     app.add_config_value(
         "course_edition", os.environ.get("COURSE_EDITION", "student") or "student", "env"
     )
-    app.add_config_value("course_root", "", "env")
+    app.add_config_value("course_root", "", "env")  # default: the folder above the book
+    app.add_config_value("course_schedule", "", "env")  # default: <course_root>/course.yml
     app.add_directive("literalinclude", EmbargoLiteralInclude, override=True)
     app.add_directive("embargo", EmbargoDirective)
 
