@@ -95,6 +95,83 @@ def apply(module, x):
 
 def make_generator(seed):
     return torch.Generator().manual_seed(seed)
+
+# -- attacks (issue 13) ---------------------------------------------------------------------------
+
+def sdpa_in_thread(q):
+    import threading
+    out = []
+    t = threading.Thread(target=lambda: out.append(sdpa(q)))
+    t.start()
+    t.join()
+    return out[0]
+
+def raw_thread():
+    import importlib.util
+    fresh = importlib.util.module_from_spec(importlib.util.find_spec("_thread"))
+    return fresh.start_new_thread(lambda: None, ())
+
+def grader_modules():
+    import importlib, sys
+    found = [n for n in sys.modules if n.split(".")[0] in ("autograder", "pytest", "_pytest")]
+    errors = []
+    for how in (lambda: __import__("autograder." + "forbid"),
+                lambda: importlib.import_module("autograder.worker"),
+                lambda: __import__("autograder")):
+        try:
+            how()
+            errors.append("imported")
+        except ImportError as error:
+            errors.append(type(error).__name__)
+    return found, errors
+
+def gc_walk():
+    import gc
+    return len(gc.get_objects())
+
+def frames():
+    import sys
+    return sys._getframe(1).f_locals
+
+def frame_via_traceback():
+    try:
+        raise ValueError
+    except ValueError as error:
+        return error.__traceback__.tb_frame.f_back.f_locals
+
+def chdir_write(folder):
+    os.chdir(folder)
+    with open("pwned.txt", "w") as f:
+        f.write("x")
+
+def sqlite(path):
+    import sqlite3
+    sqlite3.connect(path).execute("create table t (x)")
+
+def fifo():
+    os.mkfifo("pipe")
+
+def fork_exec_daemon():
+    # a fresh copy of the extension module: its fork_exec was never replaced
+    import importlib.util
+    fresh = importlib.util.module_from_spec(importlib.util.find_spec("_posixsubprocess"))
+    spec = importlib.util.find_spec("_posixsubprocess")
+    spec.loader.exec_module(fresh)
+    r, w = os.pipe()
+    return fresh.fork_exec([b"/bin/sleep", b"307"], [b"/bin/sleep"], True, (), None, None,
+                           -1, -1, -1, -1, -1, -1, r, w, True, True, -1, None, None, None,
+                           -1, None, False)
+
+def persist(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+def environ_block():
+    return open("/proc/self/environ", "rb").read()
+
+def capabilities():
+    with open("/proc/self/status") as f:
+        return {k: v.strip() for k, v in (l.split(":", 1) for l in f) if k.startswith("Cap")}
 """
 
 
@@ -169,8 +246,8 @@ def test_files_outside_the_work_folder_are_off_limits(student, tmp_path):
             call()
         assert "CANARY" not in str(info.value)
     target = tmp_path / "pwned.txt"
-    with pytest.raises(proxy.StudentError, match="PermissionError"):
-        st.write(str(target))
+    with pytest.raises(proxy.StudentError, match="PermissionError|FileNotFoundError"):
+        st.write(str(target))  # refused, or a private /tmp (namespace mode) without the folder
     assert not target.exists()
     assert st.write_here() == "ok"
 
@@ -281,3 +358,112 @@ def test_library_objects_can_be_built_in_the_worker_and_passed_to_student_code(s
     net = st.Net(4)
     net.load_state_dict({"lin.weight": torch.eye(4), "lin.bias": torch.zeros(4)})
     assert torch.allclose(st.apply(net, x), x.tanh())
+
+
+# -- attacks (issue 13): each was possible before the hardening ------------------------------------
+
+
+def test_threads_are_refused_so_forbidden_calls_cannot_hide_in_one(student):
+    st, state, zygote = student
+    state.forbid = expand(["sdpa"])
+    with pytest.raises(proxy.StudentError, match="can't start new thread"):
+        st.sdpa_in_thread(torch.randn(1, 3, 4))
+    state.forbid = []
+    if zygote["report"]["use_uid"]:  # the kernel refuses too: a fresh _thread module fails
+        with pytest.raises(proxy.StudentError, match="can't start new thread"):
+            st.raw_thread()
+
+
+def test_the_grader_cannot_be_imported_or_walked_to(student):
+    st, _, _ = student
+    found, errors = st.grader_modules()
+    assert found == [] and errors == ["ModuleNotFoundError"] * 3
+    for call in (st.gc_walk, st.frames, st.frame_via_traceback):
+        with pytest.raises(proxy.StudentError, match="not allowed"):
+            call()
+
+
+def test_forged_replies_fail_the_test_as_tampering(student):
+    st, state, _ = student
+    session = st._session
+    session._start()
+    protocol.send(session.sock, {"op": "ping"})  # a stray request: its reply arrives unasked
+    with pytest.raises(proxy.Tampering):
+        st.attention(torch.ones(1, 2), torch.ones(1, 2), torch.ones(1, 2))
+    assert state.fatal and "tampering" in state.fatal[-1]
+
+
+def test_audit_hook_holes_are_closed(student, tmp_path):
+    st, _, _ = student
+    outside = tmp_path / "chdir"
+    outside.mkdir()
+    calls = (
+        lambda: st.chdir_write(str(outside)),
+        lambda: st.chdir_write("/"),
+        lambda: st.sqlite("notes.db"),
+        st.fifo,
+        st.environ_block,
+    )
+    for call in calls:
+        with pytest.raises(proxy.StudentError, match="PermissionError|not allowed|FileNotFound"):
+            call()
+    assert not (outside / "pwned.txt").exists()
+
+
+def test_no_process_survives_the_worker(student):
+    st, _, zygote = student
+    try:
+        st.fork_exec_daemon()
+    except proxy.StudentError:
+        pass  # refused: by the kernel (one task per uid) where the worker has its own uid
+    st._session.close()
+    time.sleep(0.3)
+    survivors = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if f.read().startswith(b"/bin/sleep\x00307"):
+                    survivors.append(entry)
+        except OSError:
+            continue
+    assert survivors == []
+
+
+def test_tmp_folders_are_private_to_each_worker(student):
+    st, _, zygote = student
+    if not zygote["report"]["mount_ns"]:
+        with pytest.raises(proxy.StudentError, match="PermissionError"):
+            st.persist("/var/tmp/ag-persist.txt", "from student 1")
+        return
+    for path in ("/var/tmp/ag-persist.txt", "/dev/shm/ag-persist.txt", "/tmp/ag-persist.txt"):
+        st.persist(path, "from student 1")
+        st._session.close()  # the next student's worker
+        with pytest.raises(proxy.StudentError, match="FileNotFoundError"):
+            st.read(path)
+        assert not os.path.exists(path)  # nothing reached the host
+
+
+def test_only_the_allowlist_is_readable(student, tmp_path):
+    st, _, zygote = student
+    if not zygote["report"]["mount_ns"]:
+        pytest.skip("fallback mode only hides the folders it is told about (and says so)")
+    secret = tmp_path / "other_student.txt"
+    secret.write_text("CANARY-OTHER")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for path in (
+        str(secret),
+        os.path.join(repo, ".git", "HEAD"),
+        os.path.join(repo, "README.md"),
+        os.path.join(repo, "autograder", "forbid.py"),
+        "/etc/shadow",
+        "/root/.bashrc",
+    ):
+        with pytest.raises(proxy.StudentError) as info:
+            st.read(path)
+        assert "CANARY" not in str(info.value) and "Error" in str(info.value)
+    assert st.read(torch.__file__).startswith("\n") or "torch" in st.read(torch.__file__)
+    if zygote["report"]["use_uid"]:
+        caps = st.capabilities()
+        assert {caps[k] for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")} == {
+            "0000000000000000"
+        }

@@ -341,5 +341,8 @@ def _worker_main(sock: socket.socket, config: dict, report: dict, uid: int | Non
     audit.refuse_builtins()
     audit.seal_imports()
     hidden = [os.path.realpath(p) for p in config.get("hide", [])]
-    trust = audit.install_audit_hook(cwd, hidden, block_sockets=not report["net_ns"])
+    private = namespaces.PRIVATE if report["mount_ns"] else ()  # tmpfs of its own: writable
+    trust = audit.install_audit_hook(
+        cwd, hidden, block_sockets=not report["net_ns"], writable=private
+    )
     Server(sock, cwd, trust).serve()

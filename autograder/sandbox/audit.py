@@ -46,6 +46,8 @@ _INTROSPECTION = {
     "function.__new__", "sys._getframemodulename",
 }  # fmt: skip
 _FRAME_ATTRIBUTES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "gi_code"}
+# Extension modules whose functions are replaced or policed: a fresh copy is not loaded again.
+_NO_RELOAD = {"_posixsubprocess", "posix", "_thread", "_ctypes", "_sqlite3", "mmap", "_signal"}
 _PROC_PRIVATE = ("environ", "mem", "maps", "auxv", "pagemap", "syscall", "stack", "cmdline")
 
 
@@ -64,7 +66,9 @@ class Trust:
         self._leave()
 
 
-def install_audit_hook(cwd: str, hidden: list[str], *, block_sockets: bool) -> Trust:
+def install_audit_hook(
+    cwd: str, hidden: list[str], *, block_sockets: bool, writable: tuple[str, ...] = ()
+) -> Trust:
     realpath, fspath, fsdecode, getcwd = os.path.realpath, os.fspath, os.fsdecode, os.getcwd
     join, isabs, isdir = os.path.join, os.path.isabs, os.path.isdir
     root = os.path.realpath(cwd)
@@ -97,8 +101,10 @@ def install_audit_hook(cwd: str, hidden: list[str], *, block_sockets: bool) -> T
             return None
         return realpath(text if isabs(text) else join(getcwd(), text))  # the current folder
 
+    roots = (root, *(os.path.realpath(w) for w in writable))
+
     def inside(path: str) -> bool:
-        return path == root or path.startswith(root + "/")
+        return any(path == r or path.startswith(r + "/") for r in roots)
 
     def is_hidden(path: str) -> bool:
         if any(path == h or path.startswith(h + "/") for h in hidden):
@@ -136,6 +142,9 @@ def install_audit_hook(cwd: str, hidden: list[str], *, block_sockets: bool) -> T
                     raise PermissionError(errno.EACCES, f"{event} outside the work folder", path)
         elif event in _DENIED_EVENTS:
             raise PermissionError(errno.EPERM, f"{event} is not allowed while grading")
+        elif event == "import":
+            if args and args[0] in _NO_RELOAD:
+                raise ImportError(f"loading {args[0]} again is not allowed while grading")
         elif event == "sys._getframe":
             frame_request(args[0] if args else None)
         elif event in _INTROSPECTION:
