@@ -50,6 +50,7 @@ WINDOW = 3  # winnowing window (in k-grams)
 THRESHOLD = 0.6
 MIN_TOKENS = 40
 MAX_INLINE_DEPTH = 3
+MAX_DETAILS = 40  # side-by-side views per cell (the table lists every pair)
 BUILTINS = set(dir(builtins)) | {"self", "cls", "super"}
 _TOKEN = re.compile(r"'[^']*'|\"[^\"]*\"|[A-Za-z_][\w.]*|\d[\w.]*|\*\*|//|->|[<>=!]=|\S")
 
@@ -195,7 +196,7 @@ def _subtract(stmts: list[ast.stmt], base: list[ast.stmt]) -> list[ast.stmt]:
             stmt._base = True  # type: ignore[attr-defined]  # header is provided
             out.append(stmt)
             continue
-        k = _key(stmt)
+        k = _key(stmt) if pool else ""
         if pool.get(k):
             pool[k] -= 1
             continue
@@ -316,9 +317,10 @@ class _Canon(ast.NodeTransformer):
         self.known, self.aliases = known, aliases
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
+        node._orig = node.id  # type: ignore[attr-defined]  # for the dependency analysis
         if node.id in self.aliases:
-            return ast.copy_location(ast.Name(self.aliases[node.id], node.ctx), node)
-        if node.id not in self.known:
+            node.id = self.aliases[node.id]
+        elif node.id not in self.known:
             node.id = "v"
         return node
 
@@ -418,7 +420,8 @@ def _names(node: ast.AST) -> tuple[set[str], set[str]]:
             if dotted:
                 reads.add(dotted)
         elif isinstance(sub, ast.Name):
-            (writes if isinstance(sub.ctx, (ast.Store, ast.Del)) else reads).add(sub.id)
+            name = getattr(sub, "_orig", sub.id)
+            (writes if isinstance(sub.ctx, (ast.Store, ast.Del)) else reads).add(name)
     return reads, writes
 
 
@@ -428,7 +431,7 @@ def _dotted(node: ast.AST) -> str | None:
         parts.append(node.attr)
         node = node.value
     if isinstance(node, ast.Name):
-        return ".".join([node.id, *reversed(parts)])
+        return ".".join([getattr(node, "_orig", node.id), *reversed(parts)])
     return None
 
 
@@ -455,11 +458,13 @@ class Normaliser:
         self.release = release
         self.known = BUILTINS | release.globals
 
-    def canon_text(self, stmt: ast.stmt) -> str:
-        return ast.unparse(_Canon(self.known, self.release.aliases).visit(copy.deepcopy(stmt)))
+    def normalise(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        """Canonical names and forms (in place), then independent statements sorted."""
+        canon = _Canon(self.known, self.release.aliases)
+        return self.reorder([s for s in (canon.visit(s) for s in stmts) if s is not None])
 
     def reorder(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
-        """Sort independent statements by a canonical key (a topological order)."""
+        """Sort canonical statements by their text where their dependencies allow it."""
         for stmt in stmts:
             for name in ("body", "orelse", "finalbody"):
                 inner = getattr(stmt, name, None)
@@ -476,7 +481,7 @@ class Normaliser:
                 ri, wi, bi = info[i]
                 if bi or bj or _conflict(wi, rj | wj) or _conflict(ri, wj):
                     deps[j].add(i)
-        keys = [self.canon_text(s) for s in stmts]
+        keys = [ast.unparse(s) for s in stmts]
         waiting = [len(d) for d in deps]
         users: list[list[int]] = [[] for _ in range(n)]
         for j, d in enumerate(deps):
@@ -540,13 +545,11 @@ class Normaliser:
                 for s in stmt.body:
                     if isinstance(s, ast.FunctionDef) and s.name not in own:
                         methods[s.name] = s
-        inliner = _Inliner(functions, methods)
-        stmts = inliner.body(stmts)
-        stmts = _drop_defs(stmts, inliner.used)
-        stmts = self.reorder(stmts)
-        canon = _Canon(self.known, self.release.aliases)
-        stmts = [canon.visit(s) for s in stmts]
-        stmts = [s for s in stmts if s is not None]
+        if functions or methods:
+            inliner = _Inliner(functions, methods)
+            stmts = inliner.body(stmts)
+            stmts = _drop_defs(stmts, inliner.used)
+        stmts = self.normalise(stmts)
         toks: list[str] = []
         tags: list[tuple[int, int]] = []
         self.tokens(stmts, toks, tags)
@@ -650,6 +653,7 @@ class Builder:
         self.release = load_release(course, assignment)
         self.norm = Normaliser(self.release)
         self.release_nbs = course.release_notebooks(assignment)
+        self._cache: dict[tuple, tuple] = {}
         self._base_stmts = {c.key: _parse(c.base) for c in self.release.cells}
         for cell in self.release.cells:
             toks: list[str] = []
@@ -673,6 +677,19 @@ class Builder:
         if graded_block is None:
             unit.reason = "cell missing"
             return unit
+        # identical code (an untouched cell, an exact copy) is normalised once
+        cache_key = (cell.key, graded_block, tuple(src for _, src in blocks))
+        done = self._cache.get(cache_key)
+        if done is not None:
+            unit.tokens, unit.tags, unit.prints, unit.reason = done
+            return unit
+        self._fill(unit, cell, blocks, graded_block)
+        self._cache[cache_key] = (unit.tokens, unit.tags, unit.prints, unit.reason)
+        return unit
+
+    def _fill(
+        self, unit: Unit, cell: GradedCell, blocks: list[tuple[str, str]], graded_block: int
+    ) -> None:
         helpers: dict[str, ast.FunctionDef] = {}
         graded_stmts: list[ast.stmt] = []
         for i, (label, source) in enumerate(blocks):
@@ -680,7 +697,7 @@ class Builder:
             if ex is None:
                 if i == graded_block:
                     unit.reason = notes[0] if notes else "cannot be parsed"
-                    return unit
+                    return
                 continue
             stmts = list(ex.tree.body)
             _tag(stmts, i)
@@ -690,12 +707,10 @@ class Builder:
                 if isinstance(s, ast.FunctionDef) and s.name not in cell.names:
                     helpers.setdefault(s.name, s)
         try:
-            toks, tags, _ = self.norm.unit_tokens(
-                copy.deepcopy(graded_stmts), copy.deepcopy(self._base_stmts[cell.key]), helpers
-            )
+            toks, tags, _ = self.norm.unit_tokens(graded_stmts, _parse(cell.base), helpers)
         except (RecursionError, ValueError) as error:
             unit.reason = f"cannot be normalised ({type(error).__name__})"
-            return unit
+            return
         unit.tokens, unit.tags = toks, tags
         base = self.release.base_tokens.get(cell.key, set())
         unit.prints = {h: p for h, p in fingerprints(toks).items() if h not in base}
@@ -703,7 +718,6 @@ class Builder:
             unit.reason = "no code of their own (the release's code only)"
         elif len(toks) < MIN_TOKENS:
             unit.reason = f"too short to compare ({len(toks)} tokens of own code)"
-        return unit
 
     def submission(self, sub: Submission, kind: str = "student") -> dict[str, Unit]:
         units: dict[str, Unit] = {}
@@ -809,8 +823,11 @@ class Pair:
     a: Unit
     b: Unit
     score: float
-    lines_a: set[tuple[int, int]]
-    lines_b: set[tuple[int, int]]
+
+    def lines(self) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
+        """The (block, line) of either side that the shared fingerprints cover."""
+        shared = self.a.prints.keys() & self.b.prints.keys()
+        return _matched(self.a, shared), _matched(self.b, shared)
 
 
 def _matched(unit: Unit, shared: set[int]) -> set[tuple[int, int]]:
@@ -854,8 +871,7 @@ def compare(
     pairs = []
     for key, a, b, s in scores(per_cell, references):
         if s >= threshold:
-            shared = a.prints.keys() & b.prints.keys()
-            pairs.append(Pair(key, a, b, s, _matched(a, shared), _matched(b, shared)))
+            pairs.append(Pair(key, a, b, s))
     pairs.sort(key=lambda p: (-p.score, p.cell, p.a.owner, p.b.owner))
     return pairs, per_cell
 
@@ -926,9 +942,9 @@ def _markdown(assignment, pairs, per_cell, threshold) -> str:
                     f"| {p.score:.2f} | {_md(p.a.owner)} | {_md(p.b.owner)} | {p.b.kind} |"
                 )
             lines.append("")
-            for p in cell_pairs:
+            for p in cell_pairs[:MAX_DETAILS]:
                 lines += [f"### {p.score:.2f}: {_md(p.a.owner)} ~ {_md(p.b.owner)}", ""]
-                for unit, matched in ((p.a, p.lines_a), (p.b, p.lines_b)):
+                for unit, matched in zip((p.a, p.b), p.lines()):
                     for label, rows in _side(unit, matched):
                         text = "\n".join(("> " if hit else "  ") + t for _, t, hit in rows)
                         lines += [f"{_md(unit.owner)}, {_md(label)} (matching lines marked >):", ""]
@@ -983,10 +999,10 @@ def _html(assignment, pairs, per_cell, threshold) -> str:
                     f"<td>{e(p.b.kind)}</td></tr>"
                 )
             parts.append("</table>")
-            for p in cell_pairs:
+            for p in cell_pairs[:MAX_DETAILS]:
                 parts.append(f"<h3>{p.score:.2f}: {e(p.a.owner)} ~ {e(p.b.owner)}</h3>")
                 parts.append("<div class='pair'>")
-                for unit, matched in ((p.a, p.lines_a), (p.b, p.lines_b)):
+                for unit, matched in zip((p.a, p.b), p.lines()):
                     parts.append(f"<div class='side'><b>{e(unit.owner)}</b>")
                     for label, rows in _side(unit, matched):
                         body = "".join(
