@@ -1,0 +1,299 @@
+"""The embargo (course.yml): answer keys stay with the instructor until the solutions are out.
+
+- the schedule: a wrong state, an unknown assignment or object is an error naming the line;
+- the graded objects are derived from the assignments (A3's LayerNorm, EncoderBlock.forward, ...),
+  and provided code (A3's MultiHeadAttention) stays usable;
+- the stub keeps signature and docstring and raises NotImplementedError naming the part;
+- setting A3 to solutions-released brings its code back (wheel and book);
+- the book's student edition shows no embargoed statement, the instructor edition does (a small
+  Sphinx project with the book's extension; the full book is built by `make book`);
+- the student bundle: no embargoed statement, no hidden-suite canary, no instructor-only file; its
+  wheel, installed in a fresh virtual environment, fails every visible check of the blank releases
+  with a message and passes every check with the reference answers pasted in (the check cells of
+  each notebook, run in order; training runs are not: `check_train_vit` needs a trained model).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from autograder import embargo
+from autograder.embargo import ScheduleError, plan, read_schedule, stub_source
+
+ROOT = Path(__file__).resolve().parent.parent
+KNOWN = embargo.known_assignments(ROOT)
+ALL_RELEASED = "assignments:\n" + "".join(f"  {a}: released\n" for a in KNOWN)
+
+
+def schedule(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "course.yml"
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def repo_plan():
+    return plan(ROOT)
+
+
+def test_the_repository_schedule_releases_every_assignment_and_no_solution():
+    found = read_schedule(ROOT / "course.yml", KNOWN)
+    assert [a.name for a in found] == KNOWN
+    assert {a.state for a in found} == {"released"}
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        (ALL_RELEASED.replace("a3_transformer: released", "a3_transformer: relased"), 4,
+         "unknown state 'relased'"),
+        (ALL_RELEASED + "  a9_nothing: released\n", 7, "unknown assignment 'a9_nothing'"),
+        ("assignments:\n  a3_transformer:\n    state: released\n    also:\n"
+         "      - course_lib.layers.NoSuchThing\n", 5, "unknown object"),
+        ("assignments:\n  a3_transformer:\n    stat: released\n", 3, "unknown key 'stat'"),
+        ("assigments:\n  a3_transformer: released\n", 1, "unknown key 'assigments'"),
+    ],
+)  # fmt: skip
+def test_a_mistake_in_the_schedule_names_its_line(tmp_path, text, line, words):
+    path = schedule(tmp_path, text)
+    with pytest.raises(ScheduleError) as error:
+        plan(ROOT, path)
+    assert f"{path}:{line}:" in str(error.value) and words in str(error.value), str(error.value)
+
+
+def test_the_graded_objects_come_from_the_assignments(repo_plan):
+    got = {d: i.where for d, i in repo_plan.embargoed.items()}
+    transformer = "course_lib.models.transformer"
+    assert got["course_lib.layers.LayerNorm.forward"] == "A3, part 1 (Layer normalisation)"
+    assert got[f"{transformer}.EncoderBlock.forward"] == "A3, part 3 (The encoder block)"
+    for name in ("DecoderBlock.forward", "Transformer.embed", "Transformer.decode"):
+        assert got[f"{transformer}.{name}"].startswith("A3, part"), name
+    assert got["course_lib.tokenizers.merge_pair"].startswith("A4, part 1")
+    assert got["course_lib.vision.patchify"].startswith("A5, part 1")
+    # A3 gives MultiHeadAttention as provided code: it (and what it calls) stays usable
+    assert "course_lib.attention.MultiHeadAttention.forward" not in got
+    assert "course_lib.attention.scaled_dot_product_attention" not in got
+    assert any("MultiHeadAttention.forward stays" in n for n in repo_plan.notes)
+    # never a method of the same name in a module the assignment does not grade against
+    assert "course_lib.models.vit.EncoderBlock.forward" not in got
+
+
+def test_the_stub_keeps_signature_and_docstring_and_names_the_part(repo_plan):
+    source = (ROOT / "course_lib" / "layers.py").read_text(encoding="utf-8")
+    targets = repo_plan.by_module()["course_lib.layers"]
+    stub = stub_source(source, targets)
+    assert "def forward(self, x: Tensor) -> Tensor:" in stub
+    assert "You implement this in A3, part 1 (Layer normalisation)." in stub
+    namespace: dict = {"__name__": "course_lib.layers"}
+    exec(compile(stub, "layers.py", "exec"), namespace)  # noqa: S102
+    norm = namespace["LayerNorm"](4)
+    import torch
+
+    with pytest.raises(NotImplementedError, match=r"A3, part 1"):
+        norm(torch.zeros(2, 4))
+    assert (
+        namespace["LayerNorm"].__doc__ == __import__("course_lib.layers").layers.LayerNorm.__doc__
+    )
+    lines = embargo.secrets(repo_plan)["course_lib.layers.LayerNorm.forward"]
+    assert lines and not any(f" {s} " in f" {' '.join(embargo.tokens(stub))} " for s in lines)
+
+
+def test_releasing_the_solutions_of_a3_brings_its_code_back(tmp_path):
+    text = ALL_RELEASED.replace("a3_transformer: released", "a3_transformer: solutions-released")
+    released = plan(ROOT, schedule(tmp_path, text))
+    assert released.embargoed and not [i for i in released.embargoed.values()
+                                        if i.assignment == "a3_transformer"]  # fmt: skip
+    assert "course_lib.models.transformer" not in released.by_module()
+    assert "course_lib.layers" not in released.by_module()
+    assert any(i.assignment == "a4_bert_gpt" for i in released.embargoed.values())
+
+
+def test_an_unreleased_assignment_is_left_out_of_the_bundle(tmp_path):
+    text = ALL_RELEASED.replace(
+        "a5_vision_transformers: released", "a5_vision_transformers: unreleased"
+    )
+    held = plan(ROOT, schedule(tmp_path, text))
+    assert "a5_vision_transformers" not in [a.name for a in held.released()]
+    assert "course_lib.vision.patchify" in held.embargoed  # still embargoed
+
+
+# ------------------------------------------------------------------------------------------
+# The book: a small Sphinx project with the book's extension
+# ------------------------------------------------------------------------------------------
+
+BOOK_PAGE = """\
+Test
+====
+
+.. literalinclude:: {lib}/layers.py
+   :language: python
+   :pyobject: LayerNorm
+
+.. literalinclude:: {lib}/models/transformer.py
+   :language: python
+   :pyobject: Transformer.decode
+
+.. literalinclude:: {lib}/gpu.py
+   :language: python
+   :pyobject: get_device
+
+.. embargo:: course_lib.layers.LayerNorm.forward
+
+   Secret prose: the forward pass subtracts the mean.
+"""
+
+
+def build_book(tmp_path: Path, edition: str, schedule_path: Path | None = None) -> str:
+    src = tmp_path / f"src-{edition}"
+    src.mkdir()
+    lib = os.path.relpath(ROOT / "course_lib", src)
+    (src / "index.rst").write_text(BOOK_PAGE.format(lib=lib), encoding="utf-8")
+    (src / "conf.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(ROOT / 'book' / '_ext')!r})\n"
+        f"extensions = ['embargo_edition']\ncourse_root = {str(ROOT)!r}\n"
+        f"course_schedule = {str(schedule_path or '')!r}\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / f"html-{edition}"
+    env = {**os.environ, "COURSE_EDITION": edition}
+    run = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-q", "-W", "-b", "html", str(src), str(out)],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    return str(out / "index.html")
+
+
+@pytest.mark.slow
+def test_the_student_edition_of_the_book_shows_no_embargoed_statement(tmp_path, repo_plan):
+    student = build_book(tmp_path, "student")
+    instructor = build_book(tmp_path, "instructor")
+    assert embargo.scan(repo_plan, [Path(student)]) == []
+    hits = embargo.scan(repo_plan, [Path(instructor)])
+    assert any("LayerNorm.forward" in h for h in hits) and any(
+        "Transformer.decode" in h for h in hits
+    )
+    text = Path(student).read_text(encoding="utf-8")
+    assert "You implement this in A3, part 1 (Layer normalisation)" in text
+    assert "You implement this in A3, part 5 (The whole model)" in text
+    assert "def get_device" in text  # not graded: shown in full
+    assert "Secret prose" not in text and "Secret prose" in Path(instructor).read_text("utf-8")
+    # A3's solutions released: its code comes back in the student edition
+    text3 = ALL_RELEASED.replace("a3_transformer: released", "a3_transformer: solutions-released")
+    released = tmp_path / "released"
+    released.mkdir()
+    back = build_book(released, "student", schedule(released, text3))
+    assert any("LayerNorm.forward" in h for h in embargo.scan(repo_plan, [Path(back)]))
+    assert "You implement this" not in Path(back).read_text(encoding="utf-8")
+
+
+# ------------------------------------------------------------------------------------------
+# The student bundle
+# ------------------------------------------------------------------------------------------
+
+
+def canaries() -> set[str]:
+    found = set()
+    for path in (ROOT / "autograder" / "tests").rglob("*.py"):
+        found |= set(re.findall(r"CANARY-[A-Z0-9-]+", path.read_text(encoding="utf-8")))
+    return found
+
+
+def bundle_texts(folder: Path):
+    for path in sorted(folder.rglob("*")):
+        if not path.is_file():
+            continue
+        yield str(path.relative_to(folder)), path.read_bytes()
+        if path.suffix in (".whl", ".zip"):
+            with zipfile.ZipFile(path) as archive:
+                for name in archive.namelist():
+                    yield f"{path.name}!{name}", archive.read(name)
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory, repo_plan):
+    out = tmp_path_factory.mktemp("bundle") / "student"
+    archive = embargo.build_bundle(repo_plan, out)
+    return out, archive
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("embargo")
+def test_the_bundle_holds_no_answer_key_and_nothing_instructor_only(bundle, repo_plan):
+    out, archive = bundle
+    assert archive.exists() and (out / "README.md").exists()
+    assert sorted(p.name for p in (out / "assignments").iterdir()) == KNOWN
+    assert embargo.scan(repo_plan, [out, archive]) == []
+    secret_canaries = canaries()
+    assert len(secret_canaries) >= 3, "the hidden suites plant canaries"
+    for name, data in bundle_texts(out):
+        parts = re.split(r"[/!]", name)
+        assert not set(parts) & {"solutions", "autograder", "grading", ".git", "samples"}, name
+        text = data.decode("utf-8", "replace")
+        assert not [c for c in secret_canaries if c in text], name
+        assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text, name
+    wheel = next(out.glob("*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(n.startswith("course_lib/checks/data/") and n.endswith(".pt") for n in names)
+
+
+@pytest.fixture(scope="module")
+def student_python(bundle, tmp_path_factory):
+    """A fresh virtual environment with the bundle's wheel; torch & co. from the course's venv."""
+    out, _ = bundle
+    venv = tmp_path_factory.mktemp("venv") / "student"
+    subprocess.run([sys.base_prefix + "/bin/python3", "-m", "venv", "--without-pip", str(venv)],
+                   check=True)  # fmt: skip
+    python = venv / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    ours = [p for p in sys.path if p.endswith("site-packages")][0]
+    Path(site, "_course_dependencies.pth").write_text(ours + "\n", encoding="utf-8")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
+         "--no-index", "--quiet", str(next(out.glob("*.whl")))],
+        check=True,
+    )  # fmt: skip
+    where = subprocess.run([str(python), "-c", "import course_lib; print(course_lib.__file__)"],
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert where.startswith(str(venv)), where
+    return python
+
+
+def run_checks(python: Path, notebook: Path) -> list[dict]:
+    run = subprocess.run(
+        [str(python), str(ROOT / "tests" / "student_checks.py"), str(notebook)],
+        capture_output=True, text=True, timeout=600, cwd=notebook.parent,
+        env={**os.environ, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+TRAINED = {"check_train_vit"}  # needs the notebook's training run
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("embargo")
+@pytest.mark.parametrize("name", KNOWN)
+def test_the_student_wheel_runs_the_checks_blank_and_with_the_reference(
+    student_python, bundle, name
+):
+    out, _ = bundle
+    blank = run_checks(student_python, out / "assignments" / name / f"{name}.ipynb")
+    reference = run_checks(student_python, ROOT / "solutions" / name / f"{name}.ipynb")
+    assert len(blank) >= 5 and [r["cell"] for r in blank] == [r["cell"] for r in reference]
+    wrong = [r for r in blank if r["cell"] not in TRAINED and r["status"] != "failed"]
+    assert not wrong, f"blank answers should fail every check with a message: {wrong}"
+    assert all(len(r["message"]) >= 20 for r in blank if r["status"] == "failed")
+    wrong = [r for r in reference if r["cell"] not in TRAINED and r["status"] != "passed"]
+    assert not wrong, f"the reference answers should pass every check: {wrong}"
