@@ -367,10 +367,13 @@ def prepare(sub: Submission, release: dict[str, list[Cell]]) -> tuple[dict, Row]
             continue
         row.notebooks[name] = {"file": path.name, "sha256": read.sha256}
         answers = row.answers.setdefault(name, {})
-        for cell in read.cells:
+        kinds = {c.nbgrader.get("grade_id"): c.cell_type for c in release[name]}
+        for cell in read.cells:  # the first copy of each, if its type is the release's
             gid = cell.nbgrader.get("grade_id")
-            if cell.nbgrader.get("solution") and gid and gid not in answers:
-                answers[gid] = cell.source
+            if gid and gid not in answers and cell.nbgrader.get("solution"):
+                answers[gid] = cell.source if kinds.get(gid) == cell.cell_type else None
+        for gid in [g for g, source in answers.items() if source is None]:
+            del answers[gid]  # not graded: the autograded notebook keeps the release's cell
         chunks, notes = assemble(read.cells, release[name])
         notes = read.notes + notes
         row.flags.extend(f"{name}: {f}" if len(release) > 1 else f for f in review(
@@ -381,6 +384,7 @@ def prepare(sub: Submission, release: dict[str, list[Cell]]) -> tuple[dict, Row]
                 f"{name}: the code in the solution cells is {size / 1024:.0f} KB, over the "
                 f"{MAX_CODE_BYTES // 1024} KB limit per notebook; it was not graded"
             )
+            row.answers.pop(name, None)
             continue
         extracted = []
         for chunk in chunks:
@@ -427,23 +431,16 @@ class RunnerPool:
             MPLBACKEND="Agg",
         )
         self.procs: list[subprocess.Popen] = []
+        self.configs: list[dict] = []
+        self.env, self.run_dir = env, run_dir
         self.free: queue.Queue[int] = queue.Queue()
         for i in range(n):
             config = json.loads(json.dumps(init))
             config["log"] = str(run_dir / f"runner{i}.log")
             config["sandbox"]["scratch"] = tempfile.mkdtemp(prefix=f"ag-scratch{i}-")
             config["sandbox"]["log"] = str(run_dir / f"zygote{i}.log")
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "autograder.runner"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-                cwd=run_dir,
-                env=env,
-            )
-            proc.stdin.write(json.dumps(config) + "\n")
-            proc.stdin.flush()
-            self.procs.append(proc)
+            self.configs.append(config)
+            self.procs.append(self._spawn(config))
         self.report: dict = {}
         for i, proc in enumerate(self.procs):
             line = proc.stdout.readline()
@@ -455,14 +452,45 @@ class RunnerPool:
             self.report = reply["report"]
             self.free.put(i)
 
+    def _spawn(self, config: dict) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "autograder.runner"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=self.run_dir,
+            env=self.env,
+        )
+        proc.stdin.write(json.dumps(config) + "\n")
+        proc.stdin.flush()
+        return proc
+
+    def _restart(self, i: int) -> None:
+        """Replace a runner that died, so that one submission costs only its own row."""
+        old = self.procs[i]
+        try:
+            old.kill()
+            old.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        proc = self._spawn(self.configs[i])
+        line = proc.stdout.readline()
+        if not (line and json.loads(line).get("ready")):
+            raise RuntimeError("a grading runner died and could not be restarted")
+        self.procs[i] = proc
+
     def call(self, cmd: dict) -> dict:
         i = self.free.get()
         try:
             proc = self.procs[i]
-            proc.stdin.write(json.dumps(cmd) + "\n")
-            proc.stdin.flush()
-            line = proc.stdout.readline()
+            try:
+                proc.stdin.write(json.dumps(cmd) + "\n")
+                proc.stdin.flush()
+                line = proc.stdout.readline()
+            except (OSError, ValueError):
+                line = ""
             if not line:
+                self._restart(i)
                 return {"error": "the grading runner exited unexpectedly"}
             return json.loads(line)
         finally:

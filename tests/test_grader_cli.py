@@ -150,4 +150,5 @@ def test_wall_limit_stops_a_submission_and_says_so(course, tmp_path):
     assert row["score"] == 0  # MultiHead is right, but its tests come after the time ran out
     messages = [t["message"] for t in row["tests"].values()]
     assert any("total time limit" in m for m in messages)
+    assert "time limit" in row["reason"]  # a timed-out row says so
     assert row["seconds"] < 60

@@ -77,24 +77,31 @@ def _grade_corpus(folder: Path) -> dict:
     # nbgrader's layout: grading/submitted/<student>/<assignment>/<files>
     submitted = root / "grading" / "submitted"
     for entry in sorted(plain.iterdir()):
-        target = submitted / (entry.stem if entry.is_file() else entry.name) / corpus.ASSIGNMENT
-        if entry.is_file():
+        target = submitted / (entry.stem if not entry.is_dir() else entry.name) / corpus.ASSIGNMENT
+        if entry.is_symlink():  # kept a link, to the instructor's source notebook
+            target.mkdir(parents=True)
+            (target / corpus.NOTEBOOK).symlink_to(entry.resolve())
+        elif entry.is_file():
             target.mkdir(parents=True)
             name = corpus.NOTEBOOK if entry.suffix == ".ipynb" else entry.name
             (target / name).write_bytes(entry.read_bytes())
-        else:
+        elif (entry / corpus.ASSIGNMENT).is_dir():
             shutil.copytree(entry / corpus.ASSIGNMENT, target)
+        else:  # mixed layouts: a per-student folder (no assignment folder) among nested ones
+            shutil.copytree(entry, target.parent)
     before = _digest(submitted)
     out = root / "out"
     run = corpus.cli(
         "--course-dir", str(root), "grade", corpus.ASSIGNMENT, "--out", str(out),
-        "--timeout", "2", "--load-timeout", "3", "--jobs", "2", "--quiet",
+        "--timeout", "2", "--load-timeout", "3", "--jobs", "2", "--quiet", check=False,
     )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
     listener.close()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     nbgrader = []  # nbgrader's own tools on the grader's gradebook and autograded notebooks
     for args in (
         ["generate_feedback", corpus.ASSIGNMENT, "--student", "nan_gradients"],
+        ["generate_feedback", corpus.ASSIGNMENT, "--student", "html_injection"],
         ["export"],
     ):
         done = subprocess.run(
@@ -109,6 +116,7 @@ def _grade_corpus(folder: Path) -> dict:
         "expected": expected,
         "before": before,
         "connections": len(listener.connections),
+        "returncode": run.returncode,
         "hidden_before": hidden_before,
     }
 
@@ -261,3 +269,81 @@ def test_canary_never_reaches_a_student(graded):
                 assert CANARY not in path.read_text(errors="replace"), path
                 checked += 1
     assert checked > 50
+
+
+# -- issue 13: intake and outputs ----------------------------------------------------------------
+
+
+def _feedback(graded, row) -> str:
+    return (graded["out"] / "feedback" / row["id"] / "feedback.md").read_text()
+
+
+def test_hostile_notebooks_do_not_stop_the_batch(graded):
+    rows = graded["rows"]
+    assert graded["returncode"] == 0
+    assert any("grade_id is not text" in n for n in rows["list_grade_id"]["notes"])
+    assert "\ufffd" in rows["lone_surrogate"]["tests"][
+        "test_fx_attention.py::test_attention_values"]["message"]  # fmt: skip
+    assert "over the 256 KB limit" in rows["huge_code"]["reason"]
+    assert "only folders" in rows["not_a_submission"]["reason"]
+    assert rows["not_a_submission"]["submitted"] is False
+    assert "symbolic link" in rows["symlinked_source"]["reason"]
+    for name, row in rows.items():  # every row has its files, whatever happened
+        assert row["fault"] != "grader", (name, row["reason"])
+        assert (graded["out"] / "feedback" / row["id"] / "results.json").is_file(), name
+
+
+def test_a_link_to_the_source_copies_no_solution(graded):
+    autograded = graded["root"] / "grading" / "autograded"
+    row = graded["rows"]["symlinked_source"]
+    text = (autograded / row["id"] / corpus.ASSIGNMENT / corpus.NOTEBOOK).read_text()
+    assert "masked_fill(~mask, 0.0)" not in text and "BEGIN SOLUTION" not in text
+
+
+def test_student_ids_get_their_own_safe_folders(graded):
+    rows = graded["rows"]
+    ids = {rows[n]["id"] for n in ("kim lee", "kim_lee", "=1+2")}
+    assert len(ids) == 3 and rows["kim_lee"]["id"] == "kim_lee"
+    assert "4 / 8" in _feedback(graded, rows["kim lee"])
+    assert "8 / 8" in _feedback(graded, rows["kim_lee"])
+    with open(graded["out"] / "grades.csv", encoding="utf-8") as f:
+        students = [r["student"] for r in csv.DictReader(f)]
+    assert "'=1+2" in students and "=1+2" not in students
+
+
+def test_messages_cannot_forge_or_run_in_what_people_see(graded):
+    rows, root = graded["rows"], graded["root"]
+    text = _feedback(graded, rows["fence_forgery"])
+    assert "23 / 23" in text  # the message is shown ...
+    assert not any(
+        line.startswith(("#", "**")) and "23 / 23" in line for line in text.splitlines()
+    )  # fmt: skip ... but cannot make a heading
+    row = rows["html_injection"]
+    pages = [_feedback(graded, row)]
+    pages.append((graded["out"] / "feedback" / row["id"] / "results.json").read_text())
+    pages.append((root / "grading" / "autograded" / row["id"] / corpus.ASSIGNMENT /
+                  corpus.NOTEBOOK).read_text())  # fmt: skip
+    html = root / "grading" / "feedback" / row["id"] / corpus.ASSIGNMENT / "fx_attention.html"
+    page = html.read_text()
+    assert "ag-xss" in page  # rendered, as text
+    for payload in ("<script>alert('ag-", "<img src=x onerror", 'href="javascript:'):
+        assert payload.lower() not in page.lower(), payload  # shown as text, never live
+    for payload in ("<img src=x onerror",):
+        assert payload not in pages[0]
+
+
+def test_only_the_solution_cells_are_graded_and_departures_reported(graded):
+    rows = graded["rows"]
+    extra = rows["stub_plus_extra_cell"]
+    assert any("extra code cells not graded" in f for f in extra["flags"])
+    assert any("not part of the assignment" in n for n in extra["notes"])
+    assert any("duplicated grade_id" in f for f in rows["duplicated_cells"]["flags"])
+    assert any("changed cell type: multihead" in f for f in rows["retyped_cell"]["flags"])
+    with open(graded["out"] / "grades.csv", encoding="utf-8") as f:
+        flags = {r["student"]: r["flags"] for r in csv.DictReader(f)}
+    assert "extra code cells" in flags["stub_plus_extra_cell"] and not flags["reference"]
+
+
+def test_check_close_refuses_complex_values(graded):
+    tests = graded["rows"]["complex_nan"]["tests"]
+    assert "complex" in tests["test_fx_attention.py::test_attention_values"]["message"]

@@ -480,3 +480,13 @@ def test_check_close_rejects_complex_and_non_finite_values():
     with pytest.raises(CheckFailed, match="the same everywhere"):
         check_not_constant(torch.zeros(2, 3))
     check_not_constant(torch.arange(3.0))
+
+
+def test_student_markdown_is_made_inert():
+    import re
+
+    from autograder.gradebook import inert_markdown
+
+    text = inert_markdown("<img src=x onerror=1> [b](javascript:x) [c](JAVA\nscript:y) &#106;")
+    assert "<img" not in text and "&#106;" not in text and "&amp;#106;" in text
+    assert not re.search(r"(?i)script:", text)
