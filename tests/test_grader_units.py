@@ -490,3 +490,28 @@ def test_student_markdown_is_made_inert():
     text = inert_markdown("<img src=x onerror=1> [b](javascript:x) [c](JAVA\nscript:y) &#106;")
     assert "<img" not in text and "&#106;" not in text and "&amp;#106;" in text
     assert not re.search(r"(?i)script:", text)
+
+
+def test_a_grader_fault_costs_one_row_and_rows_arrive_as_graded(tmp_path):
+    from autograder.grade import Grader, Options, Row, Submission
+
+    grader = object.__new__(Grader)
+    grader.manifest = {"tests": [{"nodeid": "t.py::a", "cell": "c", "points": 2.0}]}
+    grader.release, grader.grade_cells = {"nb.ipynb": []}, {}
+    grader.options = Options(jobs=2, progress=False)
+
+    def grade_one(sub, index):
+        if sub.student == "bad":
+            raise KeyError("a bug not met before")
+        return Row(student=sub.student, id=sub.id, score=1.0)
+
+    grader._grade_one = grade_one
+    subs = [Submission(name, {}, [], tmp_path) for name in ("ok", "bad", "kim lee")]
+    seen: list[dict] = []
+    rows = grader.grade(subs, on_row=seen.append)
+    assert [r["student"] for r in rows] == ["ok", "bad", "kim lee"]
+    assert sorted(r["student"] for r in seen) == ["bad", "kim lee", "ok"]
+    bad = rows[1]
+    assert bad["fault"] == "grader" and bad["status"] == "error" and "KeyError" in bad["reason"]
+    assert bad["max_score"] == 2.0 and bad["tests"]["t.py::a"]["points"] == 0
+    assert rows[2]["id"].startswith("kim_lee-") and rows[0]["fault"] is None
