@@ -77,7 +77,8 @@ def samples(course: Course, assignment: str, release: list[str]) -> tuple[list[S
     found = [
         s
         for s in discover(folder, assignment, release)
-        if s.student != "expected" and not s.student.lower().startswith("readme")
+        # expected.json, samples.yml (the patches the samples are built from), a README
+        if s.student not in ("expected", "samples") and not s.student.lower().startswith("readme")
     ]
     return found, expected
 
