@@ -228,6 +228,11 @@ def student_message(excinfo: Any) -> str:
         text = f"skipped: {getattr(error, 'msg', '')}"
     elif isinstance(error, AssertionError):
         text = str(error) or "a check failed (no message)"
+    elif isinstance(error, MemoryError):
+        text = (
+            "the grader's process checking this test ran out of its memory limit (a reply from "
+            "your code too large to check?)"
+        )
     else:
         text = f"{type(error).__name__}: {error}"
     return text[:3000]

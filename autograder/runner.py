@@ -6,17 +6,29 @@ imported), then serves commands read as JSON lines on stdin, answering on its or
 - ``collect``: list the hidden suite's tests and markers (the *manifest*);
 - ``grade``: run the suite against one prepared submission.
 
-Each command runs in a child forked from this warm process, so a submission costs a fork, not an
-interpreter start, and nothing a test leaves behind leaks into the next submission. A child that
-exceeds the submission's wall limit is killed; the tests it had finished keep their results.
+Each command runs in a *runner child* forked from this warm process, so a submission costs a fork,
+not an interpreter start, and nothing a test leaves behind leaks into the next submission. A child
+that exceeds the submission's wall limit is killed; the tests it had finished keep their results.
+A runner child runs under an address-space limit (``trusted_memory``, above what the runner already
+maps): a test that hits it fails with that reason, the others are unaffected.
+
+The hidden suite is never run from where the instructor keeps it: on first use the runner reads
+it into memory and writes a private, read-only copy (in its own 0700 folder); before each command
+the copy is checked against the snapshot and rewritten if anything changed it. The runner's
+scratch folder is removed when it stops.
 """
 
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import os
+import resource
+import shutil
+import stat
 import sys
+import tempfile
 import time
 import traceback
 import uuid
@@ -26,6 +38,89 @@ from . import protocol, sandbox
 from .proxy import ZygoteClient
 
 GRACE = 15.0
+TRUSTED_MEMORY = 6 * 1024**3  # address space a runner child may add to the runner's
+
+
+class SuiteCopies:
+    """Private, read-only copies of hidden suites, verified against an in-memory snapshot."""
+
+    def __init__(self) -> None:
+        self.root = tempfile.mkdtemp(prefix="ag-suites-")
+        self.snapshots: dict[str, dict[str, bytes]] = {}
+        self.copies: dict[str, str] = {}
+
+    def get(self, suite: str) -> str:
+        if suite not in self.snapshots:
+            files = {}
+            for folder, dirs, names in os.walk(suite):
+                dirs[:] = [d for d in dirs if d != "__pycache__"]
+                for name in names:
+                    path = os.path.join(folder, name)
+                    if os.path.isfile(path) and not os.path.islink(path):
+                        with open(path, "rb") as f:
+                            files[os.path.relpath(path, suite)] = f.read()
+            self.snapshots[suite] = files
+            self.copies[suite] = os.path.join(
+                self.root, f"{len(self.copies)}", os.path.basename(suite.rstrip("/"))
+            )
+        copy = self.copies[suite]
+        if not self._intact(suite, copy):
+            self._write(suite, copy)
+        return copy
+
+    def _intact(self, suite: str, copy: str) -> bool:
+        expected = self.snapshots[suite]
+        found = set()
+        for folder, dirs, names in os.walk(copy):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in names:
+                found.add(os.path.relpath(os.path.join(folder, name), copy))
+        if found != set(expected):
+            return False
+        for rel, data in expected.items():
+            try:
+                with open(os.path.join(copy, rel), "rb") as f:
+                    if hashlib.sha256(f.read()).digest() != hashlib.sha256(data).digest():
+                        return False
+            except OSError:
+                return False
+        return True
+
+    def _write(self, suite: str, copy: str) -> None:
+        if os.path.exists(copy):
+            for folder, _dirs, _ in os.walk(copy):
+                os.chmod(folder, 0o700)
+            shutil.rmtree(copy)
+        for rel, data in self.snapshots[suite].items():
+            path = os.path.join(copy, rel)
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(data)
+            os.chmod(path, stat.S_IRUSR)
+        for folder, _, _ in os.walk(copy):
+            os.chmod(folder, 0o500)
+
+    def close(self) -> None:
+        for folder, _, _ in os.walk(self.root):
+            try:
+                os.chmod(folder, 0o700)
+            except OSError:
+                pass
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _limit_memory(extra: int) -> None:
+    """RLIMIT_AS for a runner child: what the runner maps now plus ``extra`` bytes."""
+    try:
+        with open("/proc/self/status") as f:
+            size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    except (OSError, StopIteration, ValueError):
+        return
+    limit = size + extra
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
 class Runner:
@@ -34,6 +129,9 @@ class Runner:
         self.zygote_pid = 0
         self.zygote: ZygoteClient | None = None
         self.report: dict = {}
+        self.suites = SuiteCopies()
+        hide = init["sandbox"].setdefault("hide", [])
+        hide.append(self.suites.root)  # fallback mode: the audit hook hides the copies too
 
     def start_zygote(self) -> None:
         pid, sock = sandbox.start_zygote(self.init["sandbox"])
@@ -112,6 +210,8 @@ class Runner:
                 plugin.CONTEXT.update(context)
                 plugin.CONTEXT["zygote"] = self.zygote
                 plugin.CONTEXT["deadline"] = time.monotonic() + wall
+                limits = self.init["sandbox"].get("limits", {})
+                _limit_memory(int(limits.get("trusted_memory", TRUSTED_MEMORY)))
                 pytest.main(self.pytest_args(context["suite"]), plugins=[plugin])
             except BaseException:
                 traceback.print_exc()
@@ -141,12 +241,15 @@ class Runner:
     def handle(self, cmd: dict) -> dict:
         op = cmd["op"]
         if op == "collect":
-            context = {"mode": "collect", "suite": cmd["suite"], "manifest_path": cmd["manifest"]}
+            suite = self.suites.get(cmd["suite"])
+            context = {"mode": "collect", "suite": suite, "manifest_path": cmd["manifest"]}
             return self.run_child(context, cmd.get("wall", 300.0))
         if op == "grade":
             with open(cmd["task"], encoding="utf-8") as f:
                 task = json.load(f)
             context = {"mode": "grade", **task, **cmd}
+            if context.get("suite"):
+                context["suite"] = self.suites.get(context["suite"])
             return self.run_child(context, cmd["wall"])
         return {"error": f"unknown command {op!r}"}
 
@@ -206,6 +309,10 @@ def main() -> int:
             reply = {"error": f"{type(error).__name__}: {error}"}
         answer.write(json.dumps(reply) + "\n")
     runner.stop_zygote()
+    runner.suites.close()
+    scratch = init["sandbox"].get("scratch")
+    if scratch and os.path.basename(scratch).startswith("ag-scratch"):
+        shutil.rmtree(scratch, ignore_errors=True)
     return 0
 
 
