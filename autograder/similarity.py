@@ -61,7 +61,7 @@ from pathlib import Path
 
 from .course import PACKAGE_ROOT, Course
 from .grade import Submission, discover
-from .notebook import CodeChunk, NotebookError, cell_role, extract, read_notebook
+from .notebook import CodeChunk, NotebookError, assemble, cell_role, extract, read_notebook
 
 K = 6  # tokens per k-gram
 WINDOW = 3  # winnowing window (in k-grams)
@@ -646,23 +646,29 @@ def score(a: Unit, b: Unit) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
+def _index(label: str) -> int:
+    m = re.match(r"cell (\d+)", label)
+    return int(m.group(1)) if m else -1
+
+
 def _student_code(path: Path, release_cells: list) -> tuple[dict[str, tuple], list[tuple]]:
-    """({grade_id: (label, source)}, [(label, source)] of cells the student added)."""
+    """({grade_id: (label, source)}, [(label, source)] of every solution cell).
+
+    Exactly the student code that ``grade`` runs (:func:`autograder.notebook.assemble`): the
+    solution cells, first copy of each ``grade_id``; added cells are not graded, so not compared.
+    """
     read = read_notebook(path)
-    by_id = {c.nbgrader["grade_id"]: c for c in release_cells if c.nbgrader.get("grade_id")}
+    chunks, _ = assemble(read.cells, release_cells)
+    by_index = {c.index: c for c in read.cells}
     graded: dict[str, tuple[str, str]] = {}
-    extra: list[tuple[str, str]] = []
-    for cell in read.cells:
-        if cell.cell_type != "code":
+    solutions: list[tuple[str, str]] = []
+    for chunk in chunks:
+        cell = by_index.get(_index(chunk.label))
+        if chunk.origin != "student" or cell is None:
             continue
-        gid = cell.nbgrader.get("grade_id")
-        label = f"cell {cell.index}" + (f" ({gid})" if gid else "")
-        if gid in by_id:
-            if cell_role(by_id[gid].nbgrader) == "solution" and gid not in graded:
-                graded[gid] = (label, cell.source)
-        elif cell_role(cell.nbgrader) != "grade":
-            extra.append((label, cell.source))
-    return graded, extra
+        graded.setdefault(cell.nbgrader.get("grade_id"), (chunk.label, chunk.source))
+        solutions.append((chunk.label, chunk.source))
+    return graded, solutions
 
 
 class Builder:
@@ -692,8 +698,12 @@ class Builder:
         graded_block: int | None,
     ) -> Unit:
         unit = Unit(owner, kind, cell.key, [Block(lbl, src) for lbl, src in blocks])
-        if graded_block is None:
-            unit.reason = "cell missing"
+        if graded_block is None and not any(
+            re.search(rf"^\s*(?:def|class)\s+{re.escape(n)}\b", src, flags=re.M)
+            for _, src in blocks
+            for n in cell.names
+        ):
+            unit.reason = "the solution cell is missing (deleted?)"
             return unit
         # identical code (an untouched cell, an exact copy) is normalised once
         cache_key = (cell.key, graded_block, tuple(src for _, src in blocks))
@@ -706,10 +716,17 @@ class Builder:
         return unit
 
     def _fill(
-        self, unit: Unit, cell: GradedCell, blocks: list[tuple[str, str]], graded_block: int
+        self,
+        unit: Unit,
+        cell: GradedCell,
+        blocks: list[tuple[str, str]],
+        graded_block: int | None,
     ) -> None:
         helpers: dict[str, ast.FunctionDef] = {}
         graded_stmts: list[ast.stmt] = []
+        # a graded object defined again in a later solution cell is the one the grader runs
+        overrides: dict[str, ast.stmt] = {}
+        start = _index(blocks[graded_block][0]) if graded_block is not None else -1
         for i, (label, source) in enumerate(blocks):
             ex, notes = extract(CodeChunk(label, source, "student"))
             if ex is None:
@@ -724,9 +741,16 @@ class Builder:
             for s in stmts:
                 if isinstance(s, ast.FunctionDef) and s.name not in cell.names:
                     helpers.setdefault(s.name, s)
+                elif i != graded_block and getattr(s, "name", None) in cell.names:
+                    if _index(blocks[i][0]) > start:
+                        overrides[s.name] = s
+        if overrides:
+            graded_stmts = [
+                s for s in graded_stmts if getattr(s, "name", None) not in overrides
+            ] + list(overrides.values())
         try:
             toks, tags, _ = self.norm.unit_tokens(graded_stmts, _parse(cell.base), helpers)
-        except (RecursionError, ValueError) as error:
+        except Exception as error:  # noqa: BLE001 - one odd cell must not stop the report
             unit.reason = f"cannot be normalised ({type(error).__name__})"
             return
         unit.tokens, unit.tags = toks, tags
@@ -755,10 +779,9 @@ class Builder:
                 if reason is not None:
                     units[cell.key] = Unit(sub.student, kind, cell.key, reason=reason)
                     continue
-                blocks = ([graded[cell.grade_id]] if cell.grade_id in graded else []) + extra
-                units[cell.key] = self._unit(
-                    sub.student, kind, cell, blocks, 0 if cell.grade_id in graded else None
-                )
+                mine = graded.get(cell.grade_id)
+                blocks = ([mine] if mine else []) + [b for b in extra if b is not mine]
+                units[cell.key] = self._unit(sub.student, kind, cell, blocks, 0 if mine else None)
         return units
 
     def references(self) -> dict[str, list[Unit]]:
