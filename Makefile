@@ -13,7 +13,7 @@ NO_DEPS_PINS := timm==1.0.31
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 ASSIGNMENTS := $(notdir $(wildcard solutions/a*_*))
 
-.PHONY: all course install book release selfgrade summary test lint pytest book-smoke clean student-bundle
+.PHONY: all course install book release selfgrade summary test lint pytest book-smoke clean student-bundle new-assignment
 # The book's edition: student (graded objects whose solutions are not released show only their
 # signature and docstring; see course.yml) or instructor (everything).
 EDITION ?= student
@@ -38,6 +38,12 @@ $(STAMP): pyproject.toml
 ## shows the graded objects' code too.
 book: install
 	COURSE_EDITION=$(EDITION) $(VENV)/bin/jupyter-book build book --warningiserror --nitpick --keep-going
+
+## new-assignment: scaffold a complete assignment (text source, hidden suite, visible checks,
+## samples) that passes `python -m autograder check` at once: make new-assignment NAME=a6_topic
+new-assignment: install
+	@test -n "$(NAME)" || { echo "usage: make new-assignment NAME=a6_topic" >&2; exit 2; }
+	$(PY) -m autograder.scaffold $(NAME)
 
 ## release: regenerate the student releases in assignments/ from the nbgrader sources in solutions/.
 release: install

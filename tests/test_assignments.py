@@ -388,6 +388,47 @@ def test_check_cells_import_their_checks_and_load_no_model():
     assert out.stdout.strip() == "[]", f"importing the checks loaded {out.stdout.strip()}"
 
 
+@pytest.mark.slow
+def test_new_assignment_scaffold_passes_check_at_once(tmp_path):
+    """``make new-assignment`` in an empty course: lint-clean files, ``check`` and ``selfgrade``
+    pass, the visible check passes the reference and names the partial sample's mistake."""
+    import importlib.util
+
+    from course_lib.checks import CheckFailed
+
+    for path in ("nbgrader_config.py", "pyproject.toml"):
+        shutil.copy(ROOT / path, tmp_path / path)
+    (tmp_path / "course_lib").mkdir()
+    name = "a9_scaffold_example"
+    cli = [*GRADER[:-1], str(tmp_path)]
+    out = run([sys.executable, "-m", "autograder.scaffold", name, "--course-dir", str(tmp_path)])
+    assert out.returncode == 0, out.stdout + out.stderr
+    again = run([sys.executable, "-m", "autograder.scaffold", name, "--course-dir", str(tmp_path)])
+    assert again.returncode != 0 and "exists already" in again.stderr, "overwrote an assignment"
+    for args in (["check"], ["format", "--check"]):
+        lint = run([str(Path(sys.executable).parent / "ruff"), *args, "."], cwd=tmp_path)
+        assert lint.returncode == 0, lint.stdout + lint.stderr
+    out = run([*cli, "check", name, "--jobs", "1", "--quiet"], cwd=tmp_path)
+    assert out.returncode == 0 and f"check {name}: passed" in out.stdout, out.stdout + out.stderr
+    out = run([*cli, "selfgrade", name, "--jobs", "1", "--quiet", "--out", "rows.json"], tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+    spec = importlib.util.spec_from_file_location(
+        "course_lib.checks.a9", tmp_path / "course_lib" / "checks" / "a9.py"
+    )
+    checks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(checks)
+    course = Course(tmp_path)
+    reference = definitions(nbformat.read(course.source_dir(name) / f"{name}.ipynb", 4), name)
+    checks.check_softmax(reference["softmax"])
+    partial = definitions(nbformat.read(course.samples_dir(name) / "partial.ipynb", 4), name)
+    with pytest.raises(CheckFailed, match="subtract the maximum"):
+        checks.check_softmax(partial["softmax"])
+    blank = definitions(nbformat.read(course.release_dir(name) / f"{name}.ipynb", 4), name)
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        checks.check_softmax(blank["softmax"])
+
+
 # --------------------------------------------------------------------------------------------
 # grading: reference, blank, samples
 # --------------------------------------------------------------------------------------------
