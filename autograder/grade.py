@@ -313,7 +313,8 @@ def _folder_submission(
     if len(missing) == 1 and len(spare) == 1:
         sub.notebooks[missing[0]] = spare[0]
         sub.notes.append(f"graded {spare[0].name} in place of the expected {missing[0]}")
-    extra = [p for p in files if p not in sub.notebooks.values()]
+    bookkeeping = {folder / "timestamp.txt", folder / "submission_secret.txt"}  # nbgrader's own
+    extra = [p for p in files if p not in sub.notebooks.values() and p not in bookkeeping]
     if extra:
         names = ", ".join(str(p.relative_to(folder)) for p in extra[:8])
         more = f" and {len(extra) - 8} more" if len(extra) > 8 else ""
