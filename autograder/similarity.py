@@ -61,13 +61,22 @@ from pathlib import Path
 
 from .course import PACKAGE_ROOT, Course
 from .grade import Submission, discover
-from .notebook import CodeChunk, NotebookError, assemble, cell_role, extract, read_notebook
+from .notebook import (
+    MAX_CODE_BYTES,
+    CodeChunk,
+    NotebookError,
+    assemble,
+    cell_role,
+    extract,
+    read_notebook,
+)
 
 K = 6  # tokens per k-gram
 WINDOW = 3  # winnowing window (in k-grams)
 THRESHOLD = 0.6
 MIN_TOKENS = 40
 MAX_INLINE_DEPTH = 3
+MAX_REORDER = 150  # longer bodies keep their order (the dependency analysis is quadratic)
 MAX_DETAILS = 40  # side-by-side views per cell (the table lists every pair)
 BUILTINS = set(dir(builtins)) | {"self", "cls", "super"}
 _TOKEN = re.compile(r"'[^']*'|\"[^\"]*\"|[A-Za-z_][\w.]*|\d[\w.]*|\*\*|//|->|[<>=!]=|\S")
@@ -489,7 +498,7 @@ class Normaliser:
                 if isinstance(inner, list):
                     setattr(stmt, name, self.reorder(inner))
         n = len(stmts)
-        if n < 2:
+        if n < 2 or n > MAX_REORDER:
             return stmts
         info = [(*_names(s), _barrier(s)) for s in stmts]
         deps: list[set[int]] = [set() for _ in range(n)]
@@ -616,21 +625,17 @@ def fingerprints(tokens: list[str], k: int = K, window: int = WINDOW) -> dict[in
     hashes = [
         int.from_bytes(hashlib.blake2b(g.encode(), digest_size=8).digest(), "big") for g in grams
     ]
-    chosen: dict[int, list[int]] = {}
     if not hashes:
-        return chosen
+        return {}
+    kept: set[int] = set()
     w = max(1, min(window, len(hashes)))
     for start in range(len(hashes) - w + 1):
-        window_hashes = hashes[start : start + w]
-        low = min(window_hashes)
-        pos = start + max(i for i, h in enumerate(window_hashes) if h == low)
-        chosen.setdefault(low, [])
-        if pos not in chosen[low]:
-            chosen[low].append(pos)
+        kept.add(min(hashes[start : start + w]))
     # every occurrence of a kept hash is a match position
+    chosen: dict[int, list[int]] = {}
     for i, h in enumerate(hashes):
-        if h in chosen and i not in chosen[h]:
-            chosen[h].append(i)
+        if h in kept:
+            chosen.setdefault(h, []).append(i)
     return chosen
 
 
@@ -659,6 +664,12 @@ def _student_code(path: Path, release_cells: list) -> tuple[dict[str, tuple], li
     """
     read = read_notebook(path)
     chunks, _ = assemble(read.cells, release_cells)
+    size = sum(len(c.source.encode("utf-8")) for c in chunks if c.origin == "student")
+    if size > MAX_CODE_BYTES:  # the limit grade applies (parsing costs memory)
+        raise NotebookError(
+            f"the code in the solution cells is {size / 1024:.0f} KB, over the "
+            f"{MAX_CODE_BYTES // 1024} KB limit per notebook"
+        )
     by_index = {c.index: c for c in read.cells}
     graded: dict[str, tuple[str, str]] = {}
     solutions: list[tuple[str, str]] = []

@@ -169,6 +169,35 @@ def test_cli_report_rows_escaping_and_past(tmp_path, capsys):
     assert "copy_ref_rename ~ solution notebook" in capsys.readouterr().out
 
 
+def test_hostile_cells_get_a_row(builder, tmp_path):
+    release = json.loads(RELEASE.read_text())
+    nested = (
+        "def scaled_dot_product_attention(q, k, v, mask=None):\n    return "
+        + "(" * 5000
+        + ("q" + ")" * 5000)
+    )
+    sources = {
+        "nested": nested,
+        "huge": "x = 1\n" * 50_000,
+        "bash": "%%bash\nrm -rf /\n",
+        "nul": "def scaled_dot_product_attention(q, k, v, mask=None):\n    return q\x00\n",
+    }
+    for name, source in sources.items():
+        nb = json.loads(json.dumps(release))
+        for cell in nb["cells"]:
+            if (
+                cell["metadata"].get("nbgrader", {}).get("grade_id")
+                == "scaled_dot_product_attention"
+            ):
+                cell["source"] = source
+        (tmp_path / f"{name}.ipynb").write_text(json.dumps(nb))
+    subs = discover(tmp_path, corpus.ASSIGNMENT, list(builder.release_nbs))
+    units = {s.student: builder.submission(s)[SDPA] for s in subs}
+    assert "over the 256 KB limit" in units["huge"].reason
+    for name in ("nested", "bash", "nul"):
+        assert units[name].reason and not units[name].prints, (name, units[name].reason)
+
+
 def test_grade_report_section_never_fails_grading(monkeypatch, tmp_path, capsys):
     def boom(*args, **kwargs):
         raise RuntimeError("bad day")
