@@ -21,8 +21,16 @@ student edition: a note says so (the student already uses it).
 An object is *embargoed* when the assignment that grades it is not ``solutions-released``. The
 student editions replace each embargoed object's body by its signature, docstring and a
 ``NotImplementedError`` that names the assignment and part (:func:`stub_source`); the book shows the
-same stub in a box (``book/_ext/embargo.py``); ``python -m autograder.embargo bundle`` writes the
-student bundle (``make student-bundle``).
+same stub in a box (``book/_ext/embargo_edition.py``); ``python -m autograder.embargo bundle``
+writes the student bundle (``make student-bundle``).
+
+The visible checks compare with the references. In the student wheel, an embargoed body is a call
+of :func:`course_lib.checks.replay.replay`; when the wheel is built, :func:`record_checks` runs
+every visible check on the reference answers (the solution notebook's definitions) with the
+instructor's library and records each call of an embargoed object (a digest of its arguments, and
+its output) into ``course_lib/checks/data/<assignment>.pt``: the checks get the expected outputs
+and the outputs of the usual mistakes (a pre-norm block, unscaled embeddings) as data, and keep
+their diagnoses; any other call raises ``NotImplementedError`` naming the part.
 
     python -m autograder.embargo list               # the schedule, what is embargoed
     python -m autograder.embargo wheel --out DIR    # the student wheel
