@@ -33,7 +33,7 @@ c.CourseDirectory.autograded_directory = "grading/autograded"
 c.CourseDirectory.feedback_directory = "grading/feedback"
 c.CourseDirectory.solution_directory = "grading/solution"
 c.CourseDirectory.db_url = f"sqlite:///{WORK / 'gradebook.db'}"
-c.CourseDirectory.downloaded_directory = "grading/downloaded"
+c.ZipCollectApp.downloaded_directory = "grading/downloaded"
 
 # nbgrader imports the plug-ins below from this folder's `autograder` package.
 if str(ROOT) not in sys.path:
@@ -41,6 +41,25 @@ if str(ROOT) not in sys.path:
 # nbgrader 0.9's queries raise SQLAlchemy 2 deprecation warnings by the hundred: silence them.
 warnings.filterwarnings("ignore", module=r"nbgrader(\.|$)")
 warnings.filterwarnings("ignore", message=r".*(SQLAlchemy|relationship|Query\.get).*")
+
+# The exchange (nbgrader collect/release): nbgrader's default /srv/nbgrader/exchange, or this.
+if os.environ.get("NBGRADER_EXCHANGE"):
+    c.Exchange.root = os.environ["NBGRADER_EXCHANGE"]
+
+# Formgrader lists every folder of solutions/ as an assignment: skip helpers such as _authoring/.
+try:
+    from nbgrader.apps.api import NbGraderAPI
+
+    if not getattr(NbGraderAPI.get_source_assignments, "course_filtered", False):
+        _all_sources = NbGraderAPI.get_source_assignments
+
+        def _course_sources(self):
+            return {name for name in _all_sources(self) if not name.startswith(("_", "."))}
+
+        _course_sources.course_filtered = True
+        NbGraderAPI.get_source_assignments = _course_sources
+except ImportError:  # configuration read without nbgrader (e.g. by the grader alone)
+    pass
 
 # Due dates (UTC unless a zone is given): lateness = submission time - due date.
 c.Autograder.due_dates = {

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import shutil
 import warnings
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,8 @@ def finish(course: Course, assignment: str, subs: list, rows: list[dict]) -> lis
             if sub is None:
                 continue
             base = Path(sub.base)
+            if _inside(base, Path(settings["submitted"])):
+                _complete(base, sub)
             dest = Path(settings["autograded"]) / row["student"] / assignment
             dest.mkdir(parents=True, exist_ok=True)
             for name in CARRIED:
@@ -113,6 +116,31 @@ def finish(course: Course, assignment: str, subs: list, rows: list[dict]) -> lis
         hours = row["seconds_late"] / 3600
         print(f"  late: {row['student']} submitted {hours:.1f} h after the due date")
     return late
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
+
+
+def _complete(base: Path, sub: Any) -> None:
+    """A submission collected without the exchange (``zip_collect``, a copy) has no
+    ``timestamp.txt`` or ``submission_secret.txt``; nbgrader's feedback commands need both. The
+    timestamp is the newest notebook's modification time (a zip keeps its entries' times)."""
+    import secrets
+    from datetime import datetime
+
+    stamp, secret = base / "timestamp.txt", base / "submission_secret.txt"
+    if not stamp.exists():
+        times = [p.stat().st_mtime for p in sub.notebooks.values() if p is not None and p.exists()]
+        if times:
+            when = datetime.fromtimestamp(max(times), tz=UTC)
+            stamp.write_text(when.strftime("%Y-%m-%d %H:%M:%S.%f %Z"))
+    if not secret.exists():
+        secret.write_text(secrets.token_hex(64))
 
 
 # ---------------------------------------------------------------------------------------------

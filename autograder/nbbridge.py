@@ -21,12 +21,13 @@ from typing import Any
 import nbformat
 from nbconvert.preprocessors import Preprocessor
 from nbgrader.plugins import ExportPlugin
-from traitlets import Unicode
+from traitlets import Bool, Unicode
 
 
 class CourseGrader(Preprocessor):
     """Grade the submission with the course's sandboxed grader instead of the student's kernel."""
 
+    enabled = Bool(True).tag(config=True)  # nbconvert's preprocessors are off by default
     course_root = Unicode("", help="the course folder (default: the working directory)").tag(
         config=True
     )

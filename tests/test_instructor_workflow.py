@@ -3,8 +3,10 @@ nbgrader's release -> submit -> collect -> grade -> formgrader -> feedback -> ex
 
 from __future__ import annotations
 
+import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -119,3 +121,167 @@ def test_gradescope_zip_works_as_uploaded(course, tmp_path):
     assert results["score"] == 0
     assert "JSON" in results["output"] or "notebook" in results["output"], results["output"]
     assert all(t["status"] == "failed" for t in results["tests"] if t["max_score"])
+
+
+# ---------------------------------------------------------------------------------------------
+# nbgrader end to end
+# ---------------------------------------------------------------------------------------------
+
+COURSE_ID = "attention-and-transformers"
+
+
+def _nbgrader(cwd: Path, *args: str, home: Path, ok: bool = True) -> subprocess.CompletedProcess:
+    out = subprocess.run(
+        [sys.executable, "-m", "nbgrader", *args],
+        cwd=cwd, env=_env(HOME=str(home), COURSE_ID=COURSE_ID), capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    if ok:
+        assert out.returncode == 0, f"nbgrader {' '.join(args)}:\n{out.stdout}\n{out.stderr}"
+    return out
+
+
+def _with_student_work(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """What a student hands in: outputs in their cells and a cell of their own."""
+    nb = nbformat.from_dict(json.loads(nbformat.writes(nb)))
+    for cell in nb.cells:
+        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade_id") == (
+            "attention"
+        ):
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="fitted 0.5012\n")]
+    mine = nbformat.v4.new_code_cell("print('my experiment', 42)")
+    mine.outputs = [nbformat.v4.new_output("stream", name="stdout", text="my experiment 42\n")]
+    nb.cells.append(mine)
+    return nb
+
+
+@pytest.mark.slow
+def test_nbgrader_release_submit_collect_grade_feedback_export(course, tmp_path):
+    from nbgrader.api import Gradebook
+
+    exchange, home = tmp_path / "exchange", tmp_path / "home"
+    exchange.mkdir(mode=0o777)
+    home.mkdir()
+    config = course / "nbgrader_config.py"
+    text = config.read_text()
+    if "Exchange.root" not in text:
+        text += (
+            f'\nc.Exchange.root = "{exchange}"\nc.Exchange.cache = "{tmp_path / "cache"}"\n'
+            f'c.Autograder.due_dates = {{"{A}": "2020-01-01 00:00:00 UTC"}}\n'
+        )
+        config.write_text(text)
+    grading = course / "grading"
+
+    # release to the exchange; two students fetch, work, submit
+    _nbgrader(course, "release_assignment", A, "--force", home=home)
+    work = {"alice": _with_student_work(_reference(course)), "bob": None}
+    for student, nb in work.items():
+        folder = tmp_path / "students" / student
+        folder.mkdir(parents=True)
+        (folder / "nbgrader_config.py").write_text(
+            f'c = get_config()\nc.Exchange.root = "{exchange}"\n'
+            f'c.Exchange.cache = "{tmp_path / "cache"}"\n'
+            f'c.CourseDirectory.course_id = "{COURSE_ID}"\n'
+        )
+        _nbgrader(folder, "fetch_assignment", A, f"--student={student}", home=home)
+        if nb is not None:
+            nbformat.write(nb, folder / A / NB)
+        _nbgrader(folder, "submit", A, f"--student={student}", home=home)
+
+    # collect from the exchange, and a Canvas download through zip_collect
+    _nbgrader(course, "collect", A, home=home)
+    for student in work:
+        assert (grading / "submitted" / student / A / "timestamp.txt").is_file()
+    archive = grading / "downloaded" / A / "archive"
+    archive.mkdir(parents=True)
+    with zipfile.ZipFile(archive / "submissions.zip", "w") as zf:
+        zf.writestr(f"smithjohn_LATE_12345_67890_{NB}", nbformat.writes(_reference(course)))
+        zf.writestr("smithjohn_12345_67891_helpers.txt", "not collected")
+    _nbgrader(course, "zip_collect", A, home=home)
+    assert (grading / "submitted" / "12345" / A / NB).is_file()
+
+    # grade: the course's grader writes the gradebook and the autograded notebooks
+    out = corpus.cli("--course-dir", str(course), "grade", A, "--jobs", "1", "--quiet")
+    assert "Warning" not in out.stdout + out.stderr, out.stdout + out.stderr
+    assert re.search(r"alice\s+8 / 8", out.stdout) and re.search(r"bob\s+0 / 8", out.stdout)
+    assert re.search(r"12345\s+8 / 8", out.stdout)
+    assert "late: alice" in out.stdout
+    autograded = grading / "autograded" / "alice" / A
+    for name in ("timestamp.txt", "submission_secret.txt"):
+        assert (autograded / name).read_text() == (
+            grading / "submitted" / "alice" / A / name
+        ).read_text()
+    cells = nbformat.read(autograded / NB, as_version=4).cells
+    added = [c for c in cells if c.metadata.get("autograder", {}).get("added_by_student")]
+    assert len(added) == 1 and "not graded" in added[0].source
+    assert "my experiment 42" in added[0].outputs[0]["text"]
+    attention = next(
+        c for c in cells if c.metadata.get("nbgrader", {}).get("grade_id") == "attention"
+    )
+    assert "not graded" in attention.outputs[0]["text"] and "0.5012" in attention.outputs[1]["text"]
+
+    # formgrader's view: everyone autograded, nobody "needs autograding"; lateness recorded
+    from nbgrader.apps.api import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import PyFileConfigLoader
+
+    cfg = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+    api = NbGraderAPI(coursedir=CourseDirectory(config=cfg), config=cfg)
+    subs = {s["student"]: s for s in api.get_submissions(A)}
+    assert set(subs) == {"alice", "bob", "12345"}
+    assert all(s["autograded"] for s in subs.values()), subs
+    assert subs["alice"]["score"] == 8 and subs["bob"]["score"] == 0
+    with Gradebook(cfg.CourseDirectory.db_url, COURSE_ID) as gb:
+        assert gb.find_submission(A, "alice").total_seconds_late > 0
+        grade = gb.find_grade("explain_scaling", A.replace(".ipynb", ""), A, "alice")
+        grade.manual_score = 1.5  # a hand-grader scores the written answer
+        gb.db.commit()
+
+    # stock `nbgrader autograde` (formgrader's button) runs our grader, not the student's kernel
+    _nbgrader(course, "autograde", A, "--student=bob", "--force", home=home)
+    with Gradebook(cfg.CourseDirectory.db_url, COURSE_ID) as gb:
+        assert gb.find_submission(A, "bob").score == 0
+    bob = nbformat.read(grading / "autograded" / "bob" / A / NB, as_version=4)
+    assert "**Autograder:** 0 / 8" in bob.cells[0].source
+
+    # feedback: generate, release, and the student fetches it
+    _nbgrader(course, "generate_feedback", A, home=home)
+    assert (grading / "feedback" / "alice" / A / NB.replace(".ipynb", ".html")).is_file()
+    _nbgrader(course, "release_feedback", A, home=home)
+    _nbgrader(tmp_path / "students" / "alice", "fetch_feedback", A, "--student=alice", home=home)
+    fetched = list((tmp_path / "students" / "alice" / A / "feedback").rglob("*.html"))
+    assert fetched, "alice received no feedback"
+
+    # export: autograded and manual points per student
+    _nbgrader(course, "export", "--to", str(tmp_path / "grades.csv"), home=home)
+    rows = {r["student_id"]: r for r in csv.DictReader(open(tmp_path / "grades.csv"))}
+    assert float(rows["alice"]["autograded"]) == 8 and float(rows["alice"]["manual"]) == 1.5
+    assert float(rows["alice"]["score"]) == 9.5 and float(rows["alice"]["max_score"]) == 10
+    assert float(rows["alice"]["seconds_late"]) > 0 and float(rows["bob"]["autograded"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("lms", "path", "student", "file_id"),
+    [
+        ("canvas", "smithjohn_12345_67890_a2_self_attention.ipynb", "12345",
+         "a2_self_attention.ipynb"),
+        ("canvas", "smithjohn_LATE_12345_67890_a2_self_attention-1.ipynb", "12345",
+         "a2_self_attention-1.ipynb"),
+        ("moodle", "John Smith_4242_assignsubmission_file_/a2_self_attention.ipynb", "4242",
+         "a2_self_attention.ipynb"),
+        ("moodle", "John Smith_4242_assignsubmission_file_helpers.py", "4242", "helpers.py"),
+        ("blackboard", "A2 Self_jsmith_attempt_2026-11-24-10-15-30_a2_self_attention.ipynb",
+         "jsmith", "a2_self_attention.ipynb"),
+    ],
+)  # fmt: skip
+def test_lms_file_name_patterns_match_full_paths(monkeypatch, lms, path, student, file_id):
+    from nbgrader.plugins import FileNameCollectorPlugin
+    from traitlets.config.loader import PyFileConfigLoader
+
+    monkeypatch.setenv("COURSE_LMS", lms)
+    cfg = PyFileConfigLoader("nbgrader_config.py", path=str(REPO)).load_config()
+    plugin = FileNameCollectorPlugin(config=cfg)
+    full = f"/srv/course/grading/downloaded/a2/extracted/submissions/{path}"
+    found = plugin.collect(full)
+    assert found is not None and found["student_id"] == student and found["file_id"] == file_id
+    assert plugin.collect(full.replace(".ipynb", ".txt").replace(".py", ".txt")) is None
