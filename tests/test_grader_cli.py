@@ -99,7 +99,8 @@ def test_selfgrade_compares_samples_with_expected_scores(course):
 
 
 FALLBACK = ("reference", "network", "read_hidden", "write_outside", "fork_bomb", "os_exit",
-            "sdpa_getattr", "via_multihead_attention", "cheat_grader_api")  # fmt: skip
+            "sdpa_getattr", "via_multihead_attention", "cheat_grader_api", "thread_sdpa",
+            "grader_import_string", "chdir_relative", "sqlite_fifo_fork_exec")  # fmt: skip
 
 
 def test_fallback_sandbox_blocks_the_same_cheats(course, tmp_path):
