@@ -285,3 +285,54 @@ def test_lms_file_name_patterns_match_full_paths(monkeypatch, lms, path, student
     found = plugin.collect(full)
     assert found is not None and found["student_id"] == student and found["file_id"] == file_id
     assert plugin.collect(full.replace(".ipynb", ".txt").replace(".py", ".txt")) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Fairness and written answers
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_fairness_flags_a_sample_whose_score_depends_on_the_student(course, tmp_path):
+    samples = course / "autograder" / "samples" / A
+    samples.mkdir(parents=True, exist_ok=True)
+    release = nbformat.read(course / "assignments" / A / NB, as_version=4)
+    ref = corpus.reference_sources()
+    # right only when the first query entry is positive: passes for some students' inputs
+    lucky = ref["attention"].replace(
+        "scores = q @ k", "scores = (1 if q.flatten()[0] > 0 else 2) * q @ k", 1
+    )
+    assert lucky != ref["attention"]
+    nbformat.write(corpus._with_solutions(release, attention=lucky), samples / "lucky.ipynb")
+    nbformat.write(
+        corpus._with_solutions(release, attention=ref["attention"]), samples / "steady.ipynb"
+    )
+    out_json = tmp_path / "fairness.json"
+    out = corpus.cli(
+        "--course-dir", str(course), "fairness", A, "--names", "4", "--jobs", "1", "--quiet",
+        "--out", str(out_json), check=False,
+    )  # fmt: skip
+    assert out.returncode == 1, out.stdout + out.stderr
+    rows = {r["submission"]: r for r in json.loads(out_json.read_text())}
+    assert set(rows) == {"reference", "blank", "lucky", "steady"}
+    for name in ("reference", "blank", "steady"):
+        assert rows[name]["fair"] and len(rows[name]["scores"]) == 4, rows[name]
+    assert not rows["lucky"]["fair"] and rows["lucky"]["min"] < rows["lucky"]["max"]
+    assert rows["lucky"]["varying_tests"] and "VARIES" in out.stdout
+
+
+def test_written_answers_page_escapes_html(course, tmp_path):
+    from autograder.course import Course
+    from autograder.written import answers_html
+
+    release = nbformat.read(course / "assignments" / A / NB, as_version=4)
+    for cell in release.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "explain_scaling":
+            cell.source = "The variance grows like $D$. <script>alert(1)</script> **bold**"
+    folder = tmp_path / "sub"
+    folder.mkdir()
+    nbformat.write(release, folder / "renamed.ipynb")
+    page = answers_html(Course(course), A, folder, "<alice>")
+    assert "<strong>bold</strong>" in page and "$D$" in page
+    assert "<script>" not in page and "&lt;alice&gt;" in page
+    assert "explain_scaling" in page and "2 points" in page
