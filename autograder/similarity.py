@@ -31,15 +31,15 @@ Why not compare50 or copydetect (both evaluated on tests/fixtures/similarity wit
 - compare50 1.2.15 (GPL-3.0, maintained) pins ``attrs<21``, which the course cannot install:
   jsonschema (nbformat, nbgrader, Jupyter Book) needs ``attrs>=22.2``; it also pulls lib50,
   cryptography, pexpect and an sdist-only termcolor 1.1. In a scratch venv its ``structure`` pass
-  (pygments tokens, identifiers normalised, k=25 winnowing) cannot separate the corpus: a copy pair
-  scores 0 shared fingerprints while an independent pair scores 11.8; at its best threshold
-  precision 0.62 and recall 0.80.
+  (pygments tokens, identifiers normalised, k=25 winnowing, raw counts of shared fingerprints)
+  cannot separate the corpus: some copy pairs share 0 fingerprints while an independent pair
+  shares 12; at its best threshold precision 0.62 and recall 0.80.
 - copydetect 0.5.0 (MIT, last release 2024-03) installs with our pins, but it tokenises text
-  (no reordering, no helper inlining, no base subtraction by structure): on the raw cells the
-  weakest copy scores 0.18 and the strongest independent pair 0.71 (precision 0.65 and recall
-  0.89 at its default 0.33); with smaller k (10) precision 0.71 at recall 0.97. Fed our normalised
-  tokens it separates them, but narrowly (0.815 vs 0.763), and it matches on characters of its
-  own filtered text, which loses the map back to the student's lines.
+  (no reordering, no helper inlining, no base subtraction by structure): on the raw cells some
+  copies score 0 and an independent pair 0.61 (precision 0.68 and recall 0.86 at its default
+  0.33); with k=10, precision 0.70 at recall 0.91. Fed our normalised tokens it separates them,
+  but narrowly (weakest copy 0.81, strongest independent pair 0.76), and it matches on
+  characters of its own filtered text, which loses the map back to the student's lines.
 - Ours: every copy >= 0.667, every independent pair <= 0.471; at the threshold 0.6 precision
   and recall are 1.0. The fingerprinting is 30 lines; the normaliser is the part neither tool has.
 """
@@ -677,8 +677,9 @@ def _student_code(path: Path, release_cells: list) -> tuple[dict[str, tuple], li
         cell = by_index.get(_index(chunk.label))
         if chunk.origin != "student" or cell is None:
             continue
-        graded.setdefault(cell.nbgrader.get("grade_id"), (chunk.label, chunk.source))
-        solutions.append((chunk.label, chunk.source))
+        block = (chunk.label, chunk.source)
+        graded.setdefault(cell.nbgrader.get("grade_id"), block)
+        solutions.append(block)
     return graded, solutions
 
 

@@ -118,7 +118,7 @@ def run_tool(python: str, tool: str, options: dict, per_cell, refs, work: Path, 
             if normalised:
                 path.write_text(" ".join(u.tokens))
             else:
-                path.write_text("\n\n".join(b.source for b in u.blocks))
+                path.write_text(u.blocks[0].source)  # the graded cell as the student wrote it
             files[u.owner] = str(path)
         cell = next(c for c in S.load_release(COURSE, corpus.ASSIGNMENT).cells if c.key == key)
         base = folder / "base.py"
