@@ -52,10 +52,12 @@ def cmd_build(args: argparse.Namespace, course: Course) -> int:
     return build(course, args.assignments)
 
 
-def cmd_build(args: argparse.Namespace, course: Course) -> int:
-    from .authoring import build
+def cmd_mutants(args: argparse.Namespace, course: Course) -> int:
+    from .mutants import mutants
 
-    return build(course, args.assignments)
+    out = Path(args.out) if args.out else course.grading_dir / f"mutants-{args.assignment}.json"
+    return mutants(course, args.assignment, _options(args), out, names=args.names,
+                   strict=args.strict)  # fmt: skip
 
 
 def cmd_release(args: argparse.Namespace, course: Course) -> int:
@@ -194,9 +196,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("assignments", nargs="+")
     p.set_defaults(func=cmd_build)
 
-    p = sub.add_parser("build", help="solutions/<name>/<name>.ipynb and samples from <name>.md")
-    p.add_argument("assignments", nargs="+")
-    p.set_defaults(func=cmd_build)
+    p = sub.add_parser("mutants", help="grade the catalogue of usual mistakes; kill/named rates")
+    p.add_argument("assignment")
+    p.add_argument("--names", type=int, default=3, help="student names (seeds) per mutant (3)")
+    p.add_argument("--strict", action="store_true", help="fail below 100%% killed, 80%% named")
+    p.add_argument("--out", help="rows (default grading/mutants-<assignment>.json)")
+    _add_limits(p)
+    p.set_defaults(func=cmd_mutants)
 
     p = sub.add_parser("release", help="regenerate assignments/<name>/ from solutions/<name>/")
     p.add_argument("assignments", nargs="+")
