@@ -1071,7 +1071,7 @@ def _html(assignment, pairs, per_cell, threshold) -> str:
             if short:
                 names = ", ".join(e(u.owner) for u in short)
                 parts.append(
-                    f"<li>too short to tell copying from the only way to write it: {names}"
+                    f"<li>too short to tell copying from the only way to write it: {names}</li>"
                 )
             parts += [f"<li>{e(u.owner)}: {e(u.reason)}</li>" for u in skipped]
             parts.append("</ul>")

@@ -166,6 +166,7 @@ def test_cli_report_rows_escaping_and_past(tmp_path, capsys):
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "<b>odd" not in page and "&lt;b&gt;odd" in page
     assert "<style>" in page and "<link" not in page  # self-contained
+    assert _unbalanced(page) == []
     assert "copy_ref_rename ~ solution notebook" in capsys.readouterr().out
 
 
@@ -196,6 +197,28 @@ def test_hostile_cells_get_a_row(builder, tmp_path):
     assert "over the 256 KB limit" in units["huge"].reason
     for name in ("nested", "bash", "nul"):
         assert units[name].reason and not units[name].prints, (name, units[name].reason)
+
+
+def _unbalanced(page: str) -> list[str]:
+    """Tags left open or closed out of order (the page is hand-written HTML)."""
+    from html.parser import HTMLParser
+
+    stack: list[str] = []
+    bad: list[str] = []
+
+    class Parser(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            if tag not in ("meta", "br"):
+                stack.append(tag)
+
+        def handle_endtag(self, tag):
+            if stack and stack[-1] == tag:
+                stack.pop()
+            else:
+                bad.append(tag)
+
+    Parser().feed(page)
+    return stack + bad
 
 
 def test_grade_report_section_never_fails_grading(monkeypatch, tmp_path, capsys):
