@@ -67,9 +67,11 @@ c.Autograder.due_dates = {
 }
 
 # Never run the hidden tests in the student's kernel: route autograding to the course's grader.
-c.Autograde.sanitize_preprocessors = ["autograder.nbbridge.CourseGrader"]
-c.Autograde.autograde_preprocessors = []
-c.CourseGrader.course_root = str(ROOT)
+# (NBGRADER_STOCK_AUTOGRADE=1 keeps nbgrader's own, for benchmarks/grading.py's comparison only.)
+if not os.environ.get("NBGRADER_STOCK_AUTOGRADE"):
+    c.Autograde.sanitize_preprocessors = ["autograder.nbbridge.CourseGrader"]
+    c.Autograde.autograde_preprocessors = []
+    c.CourseGrader.course_root = str(ROOT)
 
 # `nbgrader export`: autograded points, manual points, lateness and the total per student.
 c.ExportApp.plugin_class = "autograder.nbbridge.CourseCsvExport"

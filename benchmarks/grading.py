@@ -58,6 +58,7 @@ def build(root: Path, n: int) -> None:
 
 def run(cmd: list[str], cwd: Path, label: str) -> tuple[float, float]:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env["NBGRADER_STOCK_AUTOGRADE"] = "1"  # the stock in-kernel autograde, for the comparison
     cpu, start = cpu_seconds(), time.perf_counter()
     out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
