@@ -725,7 +725,9 @@ def record_checks(p: Plan, assignment: str) -> tuple[dict, list[str]]:
         def recorder(*args, **kwargs):
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
-            k = replay.key(dotted, dict(bound.arguments))
+            arguments = dict(bound.arguments)
+            k = replay.key(dotted, arguments)
+            near = replay.key(dotted, arguments, rounded=True)
             before = torch.get_rng_state()
             out = fn_out = fn(*args, **kwargs)
             after = torch.get_rng_state()
@@ -736,10 +738,12 @@ def record_checks(p: Plan, assignment: str) -> tuple[dict, list[str]]:
             if not _storable(out):
                 bad.add(k)
                 notes.append(f"{dotted}: returns {type(out).__name__}, not stored")
-            elif k in table and replay.digest(table[k]["output"]) != replay.digest(out):
-                bad.add(k)
             else:
-                table[k] = {"output": _detached(out), "rng": rng, "type": kind}
+                entry = {"output": _detached(out), "rng": rng, "type": kind}
+                for name in (k, near):  # an ambiguous key answers nothing
+                    if name in table and replay.digest(table[name]["output"]) != replay.digest(out):
+                        bad.add(name)
+                    table.setdefault(name, entry)
             return fn_out
 
         recorder.__wrapped__ = fn
