@@ -431,17 +431,26 @@ def _negated(test: ast.expr) -> ast.expr | None:
 
 
 def _names(node: ast.AST) -> tuple[set[str], set[str]]:
-    """(read, written) dotted names of a statement."""
+    """(read, written) dotted names of a statement; ``x[]`` is a write to part of ``x``."""
     reads, writes = set(), set()
+    skip: set[int] = set()
     for sub in ast.walk(node):
+        if id(sub) in skip:
+            continue
         if isinstance(sub, (ast.Attribute, ast.Subscript)) and isinstance(sub.ctx, ast.Store):
-            root = sub
-            while isinstance(root, (ast.Attribute, ast.Subscript)):
-                root = root.value
-            dotted = _dotted(sub) if isinstance(sub, ast.Attribute) else None
-            if isinstance(root, ast.Name):
-                writes.add(dotted or root.id)
-                reads.add(dotted or root.id)
+            if isinstance(sub, ast.Subscript):
+                target, chain = _dotted(sub.value), sub.value
+                while isinstance(chain, ast.Attribute):  # the written object is not read
+                    skip.add(id(chain))
+                    chain = chain.value
+                skip.add(id(chain))
+                if target:
+                    writes.add(target + "[]")
+            else:
+                dotted = _dotted(sub)
+                if dotted:
+                    writes.add(dotted)
+                    reads.add(dotted)
         elif isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Load):
             dotted = _dotted(sub)
             if dotted:
@@ -473,9 +482,14 @@ def _barrier(stmt: ast.stmt) -> bool:
 
 
 def _conflict(a: set[str], b: set[str]) -> bool:
+    """Do the names overlap? Writes to parts of one object (``x[]``) commute with each other."""
     for x in a:
         for y in b:
-            if x == y or x.startswith(y + ".") or y.startswith(x + "."):
+            px, py = x.endswith("[]"), y.endswith("[]")
+            if px and py:
+                continue
+            x0, y0 = x.removesuffix("[]"), y.removesuffix("[]")
+            if x0 == y0 or x0.startswith(y0 + ".") or y0.startswith(x0 + "."):
                 return True
     return False
 

@@ -123,6 +123,12 @@ def test_independent_statements_are_sorted():
     # dependent statements keep their order: the last one reads the third
     three = norm.normalise(ast.parse("c = a + b\nb = c * 2\nd = torch.ones(1)").body)
     assert [ast.unparse(s) for s in three][-2:] == ["v = v + v", "v = 2 * v"]
+    # writes to parts of one tensor commute; reading it afterwards does not
+    four = "pe = torch.zeros(4)\npe[1::2] = torch.cos(x)\npe[0::2] = torch.sin(x)\nreturn pe"
+    five = "pe = torch.zeros(4)\npe[0::2] = torch.sin(x)\npe[1::2] = torch.cos(x)\nreturn pe"
+    body = [ast.parse(f"def f(x):\n    {t}".replace("\n", "\n    ")).body[0] for t in (four, five)]
+    a, b = (ast.unparse(norm.normalise([f])[0]) for f in body)
+    assert a == b and a.endswith("return v")
 
 
 def test_the_release_code_never_counts(builder, tmp_path):
