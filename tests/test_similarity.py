@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -126,7 +127,7 @@ def test_independent_statements_are_sorted():
     # writes to parts of one tensor commute; reading it afterwards does not
     four = "pe = torch.zeros(4)\npe[1::2] = torch.cos(x)\npe[0::2] = torch.sin(x)\nreturn pe"
     five = "pe = torch.zeros(4)\npe[0::2] = torch.sin(x)\npe[1::2] = torch.cos(x)\nreturn pe"
-    body = [ast.parse(f"def f(x):\n    {t}".replace("\n", "\n    ")).body[0] for t in (four, five)]
+    body = [ast.parse("def f(x):\n" + textwrap.indent(t, "    ")).body[0] for t in (four, five)]
     a, b = (ast.unparse(norm.normalise([f])[0]) for f in body)
     assert a == b and a.endswith("return v")
 
