@@ -68,28 +68,40 @@ def check_archive(data: bytes) -> None:
 
 
 def check_plain(obj: Any, *, nodes: int = MAX_NODES, data: int = MAX_BYTES) -> None:
-    """Walk a decoded message as a tree; refuse it past ``nodes`` values, ``MAX_DEPTH`` + 2
-    levels or ``data`` bytes of tensors (stops early: the cost is bounded by the limits)."""
-    budget = [nodes, data]
-    stack: list[tuple[Any, int]] = [(obj, 0)]
-    while stack:
-        value, depth = stack.pop()
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise ProtocolError(f"message holds more than {nodes} values")
-        if depth > MAX_DEPTH + 2:
+    """Refuse a decoded message that, walked as a tree (a shared list counts once per reference),
+    holds more than ``nodes`` values, ``MAX_DEPTH`` + 2 levels or ``data`` bytes of tensors.
+    Sizes are computed once per distinct object, so the cost is that of the message, not of
+    the tree it stands for."""
+    limit = MAX_DEPTH + 2
+    memo: dict[int, tuple[int, int, int]] = {}  # id -> (values, tensor bytes, height)
+
+    def measure(value: Any, depth: int) -> tuple[int, int, int]:
+        if depth > limit:
             raise ProtocolError("message is nested too deeply")
+        known = memo.get(id(value))
+        if known is not None:
+            if depth + known[2] > limit:
+                raise ProtocolError("message is nested too deeply")
+            return known
         if isinstance(value, torch.Tensor):
-            budget[1] -= value.untyped_storage().nbytes()
-            if budget[1] < 0:
-                raise ProtocolError(f"message holds more than {data} bytes of tensors")
-        elif isinstance(value, (dict, list, tuple)) and len(value) > budget[0]:
-            raise ProtocolError(f"message holds more than {nodes} values")
-        elif isinstance(value, dict):
-            stack.extend((v, depth + 1) for v in value.keys())
-            stack.extend((v, depth + 1) for v in value.values())
-        elif isinstance(value, (list, tuple)):
-            stack.extend((v, depth + 1) for v in value)
+            result = (1, value.untyped_storage().nbytes(), 0)
+        elif isinstance(value, (dict, list, tuple)):
+            children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+            count, size, height = 1, 0, 0
+            for child in children:
+                n, b, h = measure(child, depth + 1)
+                count, size, height = count + n, size + b, max(height, h + 1)
+                if count > nodes:
+                    raise ProtocolError(f"message holds more than {nodes} values")
+                if size > data:
+                    raise ProtocolError(f"message holds more than {data} bytes of tensors")
+            result = (count, size, height)
+        else:
+            return (1, 0, 0)
+        memo[id(value)] = result
+        return result
+
+    measure(obj, 0)
 
 
 def loads(data: bytes) -> Any:

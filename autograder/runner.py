@@ -136,7 +136,14 @@ class Runner:
     def start_zygote(self) -> None:
         pid, sock = sandbox.start_zygote(self.init["sandbox"])
         sock.settimeout(120)
-        ready = protocol.recv(sock)
+        try:
+            ready = protocol.recv(sock)
+        except EOFError:
+            ready = {"ready": False, "error": "the sandbox's zygote exited while starting"}
+        if not ready.get("ready"):
+            sock.close()
+            os.waitpid(pid, 0)
+            raise RuntimeError(ready.get("error", "the sandbox did not start"))
         sock.settimeout(None)
         self.zygote_pid, self.zygote = pid, ZygoteClient(sock)
         self.report = ready["report"]
@@ -269,6 +276,9 @@ def main() -> int:
     os.dup2(log, 1)
     os.dup2(log, 2)
     sys.dont_write_bytecode = True
+    # torch's compiler caches go to the run folder (removed with it), not to /tmp for good
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(os.getcwd(), "torchinductor"))
+    os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(os.getcwd(), "triton"))
     _preimport()
     import torch
 

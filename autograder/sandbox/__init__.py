@@ -110,11 +110,15 @@ def _zygote_setup(config: dict) -> dict:
     errors = []
     if want != "fallback":
         try:
+            if config.get("simulate_no_namespaces"):  # tests: a host that refuses unshare
+                raise OSError(1, "unshare: Operation not permitted (simulated)")
             namespaces.unshare(namespaces.CLONE_NEWNET)
             report["net_ns"] = True
         except OSError as error:
             errors.append(str(error))
         try:
+            if config.get("simulate_no_namespaces"):
+                raise OSError(1, "unshare: Operation not permitted (simulated)")
             namespaces.unshare(namespaces.CLONE_NEWNS)
             namespaces.mount("none", "/", None, namespaces.MS_REC | namespaces.MS_PRIVATE, None)
             report["mount_ns"] = True
@@ -178,7 +182,11 @@ def _zygote_main(sock: socket.socket, config: dict) -> None:
     os.setsid()
     _close_fds({sock.fileno()})
     _devnull_stdio()
-    report = _zygote_setup(config)
+    try:
+        report = _zygote_setup(config)
+    except OSError as error:  # e.g. no namespaces and no --sandbox fallback: the runner says why
+        protocol.send(sock, {"ready": False, "error": str(error)})
+        return
     for name in config.get("preimport", PREIMPORTS):
         try:
             __import__(name)
