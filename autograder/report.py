@@ -4,11 +4,12 @@ Everything a student receives is built from test names, points, the failure mess
 chose to show and the student's own output: never from the hidden suite's source.
 
 Rows are written as they are graded (:class:`ReportWriter`): each row's feedback folder at once,
-one line appended to ``grades.csv`` and ``report.json`` replaced, so a crash later in the run
-loses nothing already graded. Text that comes from student code (messages, printed output, file
-names, student ids) is written so that it cannot act: escaped in Markdown, inside code fences
-longer than any run of backticks it holds, truncated; CSV cells that a spreadsheet would read as a
-formula get a leading ``'``. Files are written with encodings that cannot fail.
+one line appended to ``grades.csv`` and to ``report.rows.jsonl``, and ``report.json`` replaced
+every few seconds and at the end, so a crash later in the run loses nothing already graded.
+Text that comes from student code (messages, printed output, file names, student ids) is written
+so that it cannot act: escaped in Markdown, inside code fences longer than any run of backticks
+it holds, truncated; CSV cells that a spreadsheet would read as a formula get a leading ``'``.
+Files are written with encodings that cannot fail.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import os
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from .notebook import clean_text
 MAX_MESSAGE_LINES = 30
 MAX_LINE = 300
 MAX_INLINE = 500
+REPORT_EVERY = 5.0  # seconds between rewrites of report.json while grading
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
 
 
@@ -57,11 +60,13 @@ class ReportWriter:
 
     def __init__(self, out: Path, assignment: str, tests: list[dict], sandbox: dict):
         self.out, self.assignment = Path(out), assignment
-        self.tests, self.sandbox = tests, sandbox
+        self.tests, self.sandbox = clean(tests), clean(sandbox)
         self.rows: list[dict] = []
         self.errors: list[str] = []
         self.lock = threading.Lock()
         self.out.mkdir(parents=True, exist_ok=True)
+        self.jsonl = self.out / "report.rows.jsonl"
+        self.jsonl.write_text("")
         self._flush()
 
     def add(self, row: dict) -> None:
@@ -74,7 +79,11 @@ class ReportWriter:
             except Exception as error:  # one row's files must not stop the others
                 self.errors.append(f"feedback for {row['student']!r}: {error}")
             try:
-                self._flush()
+                with open(self.jsonl, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(row) + "\n")
+                _append_csv(self.out / "grades.csv", row, self.tests)
+                if time.monotonic() - self.flushed > REPORT_EVERY:
+                    self._flush(csv_too=False)
             except Exception as error:
                 self.errors.append(f"report for {row['student']!r}: {error}")
 
@@ -83,17 +92,23 @@ class ReportWriter:
         with self.lock:
             if rows is not None:
                 self.rows = [clean({k: v for k, v in r.items() if k != "answers"}) for r in rows]
-            self._flush()
+            try:
+                self._flush()
+                self.jsonl.unlink(missing_ok=True)  # report.json holds every row now
+            except Exception as error:
+                self.errors.append(f"report: {error}")
 
-    def _flush(self) -> None:
+    def _flush(self, csv_too: bool = True) -> None:
         report = {
             "assignment": self.assignment,
             "sandbox": self.sandbox,
             "tests": self.tests,
             "rows": self.rows,
         }
-        _write(self.out / "report.json", json.dumps(clean(report), indent=1))
-        write_csv(self.out / "grades.csv", self.rows, self.tests)
+        _write(self.out / "report.json", json.dumps(report, indent=1))
+        if csv_too:
+            write_csv(self.out / "grades.csv", self.rows, self.tests)
+        self.flushed = time.monotonic()
 
 
 def write_all(
@@ -103,6 +118,7 @@ def write_all(
     writer = ReportWriter(out, assignment, tests, sandbox)
     for row in rows:
         writer.add(row)
+    writer.finish()
     return writer.errors
 
 
@@ -123,38 +139,47 @@ def csv_cell(value: Any) -> Any:
     return value
 
 
-def write_csv(path: Path, rows: list[dict], tests: list[dict]) -> None:
+def _csv_header(tests: list[dict]) -> list:
     columns = [t["nodeid"] for t in tests]
-    lines = []
-    header = ["student", "status", "score", "max_score", "percent", *columns, "sha256", "reason"]
-    lines.append(header + ["flags"])
-    for row in rows:
-        shas = ";".join(
-            f"{name}={info['sha256']}" for name, info in sorted(row["notebooks"].items())
-        ) or ";".join(f["sha256"] for f in row["files"] if "sha256" in f)
-        test_points = []
-        for c in columns:
-            result = row["tests"].get(c)
-            test_points.append(_num(result["points"]) if result else "")
-        lines.append(
-            [
-                row["student"],
-                row["status"],
-                _num(row["score"]),
-                _num(row["max_score"]),
-                row["percent"],
-                *test_points,
-                shas,
-                row["reason"] or "",
-                "; ".join(row.get("flags") or []),
-            ]
-        )
+    return ["student", "status", "score", "max_score", "percent", *columns, "sha256", "reason",
+            "flags"]  # fmt: skip
+
+
+def _append_csv(path: Path, row: dict, tests: list[dict]) -> None:
+    with open(path, "a", newline="", encoding="utf-8", errors="backslashreplace") as f:
+        csv.writer(f).writerow([csv_cell(x) for x in _csv_line(row, tests)])
+
+
+def write_csv(path: Path, rows: list[dict], tests: list[dict]) -> None:
+    lines = [_csv_header(tests)] + [_csv_line(row, tests) for row in rows]
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", newline="", encoding="utf-8", errors="backslashreplace") as f:
         writer = csv.writer(f)
         for line in lines:
             writer.writerow([csv_cell(x) for x in line])
     os.replace(tmp, path)
+
+
+def _csv_line(row: dict, tests: list[dict]) -> list:
+    columns = [t["nodeid"] for t in tests]
+    shas = ";".join(
+        f"{name}={info['sha256']}" for name, info in sorted(row["notebooks"].items())
+    ) or ";".join(f["sha256"] for f in row["files"] if "sha256" in f)
+    test_points = []
+    for c in columns:
+        result = row["tests"].get(c)
+        test_points.append(_num(result["points"]) if result else "")
+    return [
+        row["student"],
+        row["status"],
+        _num(row["score"]),
+        _num(row["max_score"]),
+        row["percent"],
+        *test_points,
+        shas,
+        row["reason"] or "",
+        "; ".join(row.get("flags") or []),
+    ]
 
 
 def _num(x: float) -> str:

@@ -460,6 +460,8 @@ def test_outputs_survive_lone_surrogates_and_neutralise_formulas(tmp_path):
         rows = list(csv.DictReader(f))
     assert [r["student"] for r in rows] == ["'=1+2", "'@SUM(A1)"]
     assert rows[1]["reason"] == "'-2+3"
+    assert len((tmp_path / "report.rows.jsonl").read_text().splitlines()) == 2  # as graded
+    writer.finish()
     assert len(json.loads((tmp_path / "report.json").read_text())["rows"]) == 2
     assert "\ufffd" in (tmp_path / "feedback" / "_1_2-abc" / "feedback.md").read_text()
 
