@@ -26,22 +26,22 @@ of the student's own (a one-line ``return f(x)``) are too short to tell copying 
 to write them and are listed as such, never flagged.
 
 Why not compare50 or copydetect (both evaluated on tests/fixtures/similarity with
-``benchmarks/similarity.py --tools-python``; numbers from 35 copy pairs among 10 submissions):
+``benchmarks/similarity.py --tools-python``: 41 copy pairs among 11 submissions and 2 references):
 
 - compare50 1.2.15 (GPL-3.0, maintained) pins ``attrs<21``, which the course cannot install:
   jsonschema (nbformat, nbgrader, Jupyter Book) needs ``attrs>=22.2``; it also pulls lib50,
   cryptography, pexpect and an sdist-only termcolor 1.1. In a scratch venv its ``structure`` pass
   (pygments tokens, identifiers normalised, k=25 winnowing, raw counts of shared fingerprints)
   cannot separate the corpus: some copy pairs share 0 fingerprints while an independent pair
-  shares 12; at its best threshold precision 0.62 and recall 0.80.
+  shares 14.5; precision 0.65 at recall 0.80, or 0.78 at recall 0.68.
 - copydetect 0.5.0 (MIT, last release 2024-03) installs with our pins, but it tokenises text
   (no reordering, no helper inlining, no base subtraction by structure): on the raw cells some
-  copies score 0 and an independent pair 0.61 (precision 0.68 and recall 0.86 at its default
-  0.33); with k=10, precision 0.70 at recall 0.91. Fed our normalised tokens it separates them,
-  but narrowly (weakest copy 0.81, strongest independent pair 0.76), and it matches on
+  copies score 0 and an independent pair 0.67 (precision 0.68 and recall 0.88 at its default
+  0.33); with k=10, precision 0.82 at recall 0.90. Fed our normalised tokens it still does not
+  separate them (weakest copy 0.77, strongest independent pair 0.78), and it matches on
   characters of its own filtered text, which loses the map back to the student's lines.
-- Ours: every copy >= 0.667, every independent pair <= 0.471; at the threshold 0.6 precision
-  and recall are 1.0. The fingerprinting is 30 lines; the normaliser is the part neither tool has.
+- Ours: every copy >= 0.667, every independent pair <= 0.471; at the threshold 0.6 precision and
+  recall are 1.0. The fingerprinting is 30 lines; the normaliser is the part neither tool has.
 """
 
 from __future__ import annotations
