@@ -665,6 +665,26 @@ def score(a: Unit, b: Unit) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
+_DEFINES = re.compile(r"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)", re.M)
+
+
+def _needed(blocks: list[tuple[str, str]], graded: int | None, names: list[str]) -> set[int]:
+    """The blocks worth parsing: the graded one, and those defining a name it (transitively)
+    mentions or redefining a graded object (a cheap text test: parsing every cell is not)."""
+    keep = {graded} if graded is not None else set()
+    words = set(re.findall(r"\w+", blocks[graded][1])) if graded is not None else set()
+    words |= set(names)
+    changed = True
+    while changed:
+        changed = False
+        for i, (_, source) in enumerate(blocks):
+            if i not in keep and set(_DEFINES.findall(source)) & words:
+                keep.add(i)
+                words |= set(re.findall(r"\w+", source))
+                changed = True
+    return keep
+
+
 def _index(label: str) -> int:
     m = re.match(r"cell (\d+)", label)
     return int(m.group(1)) if m else -1
@@ -753,7 +773,8 @@ class Builder:
         # a graded object defined again in a later solution cell is the one the grader runs
         overrides: dict[str, ast.stmt] = {}
         start = _index(blocks[graded_block][0]) if graded_block is not None else -1
-        for i, (label, source) in enumerate(blocks):
+        for i in sorted(_needed(blocks, graded_block, cell.names)):
+            label, source = blocks[i]
             ex, notes = extract(CodeChunk(label, source, "student"))
             if ex is None:
                 if i == graded_block:
