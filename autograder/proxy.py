@@ -71,7 +71,16 @@ class CallTimeout(WorkerDied):
 
 
 class Tampering(FatalError):
-    """A reply the worker's server did not write (student code wrote to the grader's channel)."""
+    """Student code reached for the grader or the interpreter's internals (refused, and reported
+    by the worker's audit hook), or wrote a reply on the grader's channel itself."""
+
+
+def _tampering_text(what: str, attempts: list) -> str:
+    shown = "; ".join(str(a)[:120] for a in list(attempts)[:3])
+    return (
+        f"tampering: {what} reached for the grader or the interpreter's internals ({shown}); "
+        "this fails the test"
+    )
 
 
 class LoadFailed(FatalError):
@@ -165,6 +174,10 @@ class WorkerSession:
         except WorkerDied as error:
             self.load_failure = f"loading your code failed: {error}"
             raise LoadFailed(self.load_failure) from None
+        if reply.get("tampering"):
+            self.load_failure = _tampering_text("loading your code", reply["tampering"])
+            self.close()
+            raise LoadFailed(self.load_failure)
         if not reply.get("ok"):
             err = reply.get("error", {})
             self.load_failure = f"loading your code failed: {err.get('type')}: {err.get('message')}"
@@ -278,6 +291,10 @@ class WorkerSession:
             self._start()
         msg = {**msg, "seed": self.state.seed, "forbid": self.state.forbid}
         reply = self._exchange(msg, self.state.timeout)
+        if reply.get("tampering"):
+            text = _tampering_text(what, reply["tampering"])
+            self.state.fatal.append(text)
+            raise Tampering(text)
         violations = reply.get("violations") or []
         if violations:
             text = f"{what} used a forbidden call: " + "; ".join(violations)

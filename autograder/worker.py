@@ -81,6 +81,10 @@ class Server:
             finally:
                 sys.stdout, sys.stderr = old
             reply["output"] = capture.text()
+            take = getattr(self.trust, "take", None)
+            tampering = take() if take else []
+            if tampering:
+                reply["tampering"] = tampering
             reply["nonce"] = msg.get("nonce")  # student code never sees it: it proves the reply
             try:
                 protocol.send(self.sock, reply)

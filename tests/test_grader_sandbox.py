@@ -125,6 +125,21 @@ def grader_modules():
             errors.append(type(error).__name__)
     return found, errors
 
+def library_frames():
+    import collections, traceback, warnings
+    torch.manual_seed(0)  # formats the stack through sys._getframe inside torch
+    Point = collections.namedtuple("Point", "x y")  # asks for the caller's frame
+    warnings.warn("fine")
+    try:
+        raise ValueError("x")
+    except ValueError:
+        text = traceback.format_exc()
+    return Point.__name__, len(Point(1, 2)) + ("ValueError" in text)
+
+def walk_frames():
+    import traceback
+    return next(traceback.walk_stack(None))[0].f_locals
+
 def gc_walk():
     import gc
     return len(gc.get_objects())
@@ -375,12 +390,22 @@ def test_threads_are_refused_so_forbidden_calls_cannot_hide_in_one(student):
 
 
 def test_the_grader_cannot_be_imported_or_walked_to(student):
-    st, _, _ = student
-    found, errors = st.grader_modules()
-    assert found == [] and errors == ["ModuleNotFoundError"] * 3
-    for call in (st.gc_walk, st.frames, st.frame_via_traceback):
-        with pytest.raises(proxy.StudentError, match="not allowed"):
+    st, state, _ = student
+    for call in (st.grader_modules, st.gc_walk, st.frames, st.frame_via_traceback):
+        state.fatal = []
+        with pytest.raises(proxy.Tampering, match="tampering"):  # refused, then reported
             call()
+        assert state.fatal
+    state.fatal = []
+    with pytest.raises(proxy.StudentError, match="frame introspection"):
+        st.walk_frames()  # a library function that would hand frames out
+    assert st.attention(torch.ones(1, 2), torch.ones(1, 2), torch.ones(1, 2)).shape == (1, 2)
+
+
+def test_library_frame_use_is_not_tampering(student):
+    st, state, _ = student
+    assert st.library_frames() == ("Point", 3)
+    assert state.fatal == []
 
 
 def test_forged_replies_fail_the_test_as_tampering(student):

@@ -48,6 +48,7 @@ _INTROSPECTION = {
 _FRAME_ATTRIBUTES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "gi_code"}
 # Extension modules whose functions are replaced or policed: a fresh copy is not loaded again.
 _NO_RELOAD = {"_posixsubprocess", "posix", "_thread", "_ctypes", "_sqlite3", "mmap", "_signal"}
+SEALED_EVENT = "autograder.sealed_import"
 _PROC_PRIVATE = ("environ", "mem", "maps", "auxv", "pagemap", "syscall", "stack", "cmdline")
 
 
@@ -55,8 +56,14 @@ class Trust:
     """Lets the worker's own code do what the hook refuses to student code (a counter kept in
     the hook's closure; the only reference is held by the worker's server)."""
 
-    def __init__(self, enter: Callable[[], None], leave: Callable[[], None], labels: set[str]):
-        self._enter, self._leave = enter, leave
+    def __init__(
+        self,
+        enter: Callable[[], None],
+        leave: Callable[[], None],
+        labels: set[str],
+        take: Callable[[], list[str]],
+    ):
+        self._enter, self._leave, self.take = enter, leave, take
         self.labels = labels  # file names of the student's code (filled in by the worker)
 
     def __enter__(self) -> None:
@@ -75,11 +82,34 @@ def install_audit_hook(
     trusted = [0]
     labels: set[str] = set()
     getframe = sys._getframe
+    import traceback
+
+    walk_stack_code = traceback.walk_stack.__code__
     own = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # autograder/
 
     def student_or_grader(frame: Any) -> bool:
         name = frame.f_code.co_filename
         return name in labels or name.startswith(own)
+
+    tampering: list[str] = []
+
+    def caller_is_student() -> bool:
+        """Whether the code that raised the audited event is the student's (hook <- C <- it)."""
+        trusted[0] += 1
+        try:
+            frame = getframe(0)
+        finally:
+            trusted[0] -= 1
+        while frame is not None and frame.f_code is not hook.__code__:
+            frame = frame.f_back
+        caller = frame.f_back if frame is not None else None
+        return caller is not None and caller.f_code.co_filename in labels
+
+    def refuse(what: str, error: type[BaseException] = PermissionError) -> None:
+        """Refuse; when the student's own code asked, it is tampering: the test fails."""
+        if caller_is_student() and len(tampering) < 20:
+            tampering.append(what)
+        raise error(f"{what} is not allowed while grading")
 
     def frame_request(returned: Any) -> None:
         """sys._getframe: allowed to library code asking for library frames (torch formats
@@ -89,6 +119,10 @@ def install_audit_hook(
             caller = getframe(1).f_back  # hook <- (C) sys._getframe <- caller
         finally:
             trusted[0] -= 1
+        if caller is not None and caller.f_code.co_filename in labels:
+            refuse("sys._getframe", ValueError)
+        if caller is not None and caller.f_code is walk_stack_code:  # walk_stack(None) only
+            raise ValueError("frame introspection is not allowed while grading")
         if caller is None or student_or_grader(caller) or student_or_grader(returned):
             raise ValueError("frame introspection is not allowed while grading")
 
@@ -145,27 +179,37 @@ def install_audit_hook(
         elif event == "import":
             if args and args[0] in _NO_RELOAD:
                 raise ImportError(f"loading {args[0]} again is not allowed while grading")
+        elif event == SEALED_EVENT:  # raised by the finder below: always an attempt on the grader
+            if len(tampering) < 20:
+                tampering.append(f"importing {args[0]}")
         elif event == "sys._getframe":
             frame_request(args[0] if args else None)
         elif event in _INTROSPECTION:
             if event.startswith("sys._getframe"):  # what library code expects when none exists
-                raise ValueError("frame introspection is not allowed while grading")
-            raise PermissionError(errno.EPERM, f"{event} is not allowed while grading")
+                refuse(event, ValueError)
+            refuse(event)
         elif event in ("object.__getattr__", "object.__setattr__", "object.__delattr__"):
             name = args[1] if len(args) > 1 else ""
-            if name in _FRAME_ATTRIBUTES or (name == "__code__" and event != "object.__getattr__"):
-                raise PermissionError(errno.EPERM, f"{event} {name!r} is not allowed while grading")
+            if name == "__code__" and event != "object.__getattr__":
+                refuse(f"{event} {name!r}")
+            if name in _FRAME_ATTRIBUTES and caller_is_student():  # library code (traceback
+                refuse(f"{event} {name!r}")  # printing) may; what hands frames out is refused
         elif block_sockets and event.startswith("socket."):
             raise PermissionError(errno.EPERM, "network access is not allowed while grading")
 
     def enter() -> None:
         trusted[0] += 1
 
+    def take() -> list[str]:
+        out = tampering[:]
+        tampering.clear()
+        return out
+
     def leave() -> None:
         trusted[0] -= 1
 
     sys.addaudithook(hook)
-    return Trust(enter, leave, labels)
+    return Trust(enter, leave, labels, take)
 
 
 def _refuse(what: str, error: type[BaseException] = PermissionError) -> Callable:
@@ -195,6 +239,11 @@ def refuse_builtins() -> None:
     for name in ("getprofile", "gettrace"):  # the detector's profile hook stays out of reach
         setattr(sys, name, lambda: None)
     threading.setprofile = threading.settrace = _refuse("threading.setprofile")
+    import inspect
+    import traceback
+
+    for module, name in ((traceback, "walk_tb"), (inspect, "trace"), (inspect, "getinnerframes")):
+        setattr(module, name, _refuse(f"{module.__name__}.{name}"))  # they hand out frames
 
 
 class _Sealed:
@@ -205,6 +254,7 @@ class _Sealed:
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
         if any(name == p or name.startswith(p + ".") for p in self.prefixes):
+            sys.audit(SEALED_EVENT, name)  # recorded by the hook, out of the student's reach
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 
