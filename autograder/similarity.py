@@ -186,10 +186,17 @@ class Unit:
 
 
 def _tag(stmts: list[ast.stmt], block: int, offset: int = 0) -> None:
-    for stmt in stmts:
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.stmt):
-                node._origin = (block, node.lineno + offset)  # type: ignore[attr-defined]
+    """Remember where each statement came from (statements only: expressions are not walked)."""
+    todo = list(stmts)
+    while todo:
+        node = todo.pop()
+        node._origin = (block, node.lineno + offset)  # type: ignore[attr-defined]
+        for name in ("body", "orelse", "finalbody"):
+            todo.extend(getattr(node, name, ()))
+        for handler in getattr(node, "handlers", ()):
+            todo.extend(handler.body)
+        for case in getattr(node, "cases", ()):
+            todo.extend(case.body)
 
 
 def _strip_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
