@@ -506,9 +506,12 @@ class Normaliser:
         self.release = release
         self.known = BUILTINS | release.globals
 
-    def normalise(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
-        """Canonical names and forms (in place), then independent statements sorted."""
-        canon = _Canon(self.known, self.release.aliases)
+    def normalise(
+        self, stmts: list[ast.stmt], known: set[str] = frozenset(), aliases: dict | None = None
+    ) -> list[ast.stmt]:
+        """Canonical names and forms (in place), then independent statements sorted.
+        ``known`` and ``aliases`` add the submission's own imports to the release's."""
+        canon = _Canon(self.known | known, {**self.release.aliases, **(aliases or {})})
         return self.reorder([s for s in (canon.visit(s) for s in stmts) if s is not None])
 
     def reorder(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
@@ -583,6 +586,16 @@ class Normaliser:
     ) -> tuple[list[str], list[tuple[int, int]], int]:
         """Normalised tokens of one graded cell; also how many remain once the base is gone."""
         graded = set(self.release.globals)
+        # the student's own imports (anywhere in the cell) name modules, not local variables
+        aliases: dict[str, str] = {}
+        known: set[str] = set()
+        imports = [
+            n for s in stmts for n in ast.walk(s) if isinstance(n, (ast.Import, ast.ImportFrom))
+        ]
+        _aliases(imports, aliases)
+        for node in imports:
+            if isinstance(node, ast.Import):
+                known.update(a.name.split(".")[0] for a in node.names if not a.asname)
         stmts = [s for s in stmts if not isinstance(s, (ast.Import, ast.ImportFrom))]
         stmts = _subtract(stmts, base)
         functions = {k: v for k, v in helpers.items() if k not in graded}
@@ -597,7 +610,7 @@ class Normaliser:
             inliner = _Inliner(functions, methods)
             stmts = inliner.body(stmts)
             stmts = _drop_defs(stmts, inliner.used)
-        stmts = self.normalise(stmts)
+        stmts = self.normalise(stmts, known, aliases)
         toks: list[str] = []
         tags: list[tuple[int, int]] = []
         self.tokens(stmts, toks, tags)

@@ -132,6 +132,16 @@ def test_independent_statements_are_sorted():
     assert a == b and a.endswith("return v")
 
 
+def test_import_aliases_are_expanded(builder):
+    body = "    s = q @ k.transpose(-2, -1)\n    w = {}.softmax(s, dim=-1)\n    return w @ v, w\n"
+    head = "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+    release_alias = _tokens(builder, head + body.format("F"))
+    own_alias = _tokens(builder, "import torch.nn.functional as nnf\n" + head + body.format("nnf"))
+    inside = _tokens(builder, head + "    import torch\n" + body.format("torch.nn.functional"))
+    assert release_alias == own_alias == inside
+    assert "torch.nn.functional.softmax" in release_alias
+
+
 def test_the_release_code_never_counts(builder, tmp_path):
     for name in ("blank1", "blank2"):
         (tmp_path / f"{name}.ipynb").write_bytes(RELEASE.read_bytes())
