@@ -810,6 +810,8 @@ def build_wheel(p: Plan, out: Path) -> Path:
         pyproject = pyproject.replace('include = ["course_lib*", "autograder*"]',
                                       'include = ["course_lib*"]')  # fmt: skip
         pyproject = re.sub(r"^readme = .*\n", "", pyproject, flags=re.M)
+        # the student edition says so in its version: 0.1.0+student
+        pyproject = re.sub(r'^(version = "[^"+]+)"', r'\1+student"', pyproject, flags=re.M)
         pyproject = re.sub(
             r"\[project\.optional-dependencies\].*?(?=\n\[tool)", "", pyproject, flags=re.S
         )
