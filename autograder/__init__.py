@@ -37,6 +37,6 @@ nested lists / tuples / dicts.
 Messages: students see the exception message only (tests run with ``--assert=plain``): give every
 ``assert`` a message, or use :mod:`course_lib.checks`, whose messages diagnose mistakes.
 
-Commands: ``python -m autograder {release,grade,check,selfgrade,gradescope}`` (see ``--help``
-and the README's "For instructors").
+Commands: ``python -m autograder {release,grade,check,selfgrade,fairness,gradescope,written,...}``
+(see ``--help`` and the README's "For instructors").
 """
