@@ -140,6 +140,11 @@ def walk_frames():
     import traceback
     return next(traceback.walk_stack(None))[0].f_locals
 
+def many_threads():
+    torch.set_num_threads(4)
+    x = torch.randn(512, 512)
+    return (x @ x).shape[0]
+
 def gc_walk():
     import gc
     return len(gc.get_objects())
@@ -405,6 +410,7 @@ def test_the_grader_cannot_be_imported_or_walked_to(student):
 def test_library_frame_use_is_not_tampering(student):
     st, state, _ = student
     assert st.library_frames() == ("Point", 3)
+    assert st.many_threads() == 512  # asking torch for threads is ignored, not fatal
     assert state.fatal == []
 
 

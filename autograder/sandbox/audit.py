@@ -242,6 +242,12 @@ def refuse_builtins() -> None:
     import inspect
     import traceback
 
+    import torch
+
+    # one thread is all a worker may have: asking for more is accepted and ignored (the kernel
+    # would refuse the threads, and OpenMP exits the process when it cannot start them)
+    torch.set_num_threads = torch.set_num_interop_threads = lambda n: None
+
     for module, name in ((traceback, "walk_tb"), (inspect, "trace"), (inspect, "getinnerframes")):
         setattr(module, name, _refuse(f"{module.__name__}.{name}"))  # they hand out frames
 
