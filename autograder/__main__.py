@@ -7,6 +7,7 @@ Run from the course folder (the one holding ``nbgrader_config.py``) or pass ``--
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -40,8 +41,9 @@ def _add_limits(p: argparse.ArgumentParser, jobs: int = 2) -> None:
     p.add_argument(
         "--sandbox",
         choices=("auto", "namespace", "fallback"),
-        default="auto",
-        help="namespaces where permitted (auto), required, or never (fallback)",
+        default=os.environ.get("AUTOGRADER_SANDBOX", "auto"),
+        help="namespaces (auto, the default: refuses where they are not available; namespace "
+        "is the same) or fallback, asked for by name (also AUTOGRADER_SANDBOX=fallback)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 

@@ -283,6 +283,11 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(1)
+    if init["sandbox"].get("mode", "auto") == "auto" and os.environ.get("AUTOGRADER_SANDBOX") in (
+        "fallback",
+        "namespace",
+    ):  # the operator's choice by name, also for callers that build Options themselves
+        init["sandbox"]["mode"] = os.environ["AUTOGRADER_SANDBOX"]
     if os.geteuid() == 0 and init["sandbox"].get("mode") != "fallback":
         claimed = sandbox.claim_uid_block()  # held (locked) until this runner exits
         init["sandbox"]["uid_base"] = claimed[0] if claimed else None

@@ -147,6 +147,8 @@ def test_every_submission_gets_a_row(graded):
 @pytest.mark.parametrize("name", sorted(corpus.EXPECTED_NAMES))
 def test_expected_score(graded, name):
     row, want = graded["rows"][name], graded["expected"][name]
+    if name in corpus.NAMESPACE_ONLY and not corpus.NAMESPACES:
+        pytest.skip("fallback sandbox: cannot promise this (and says so)")
     failures = {k: v["message"][:200] for k, v in row["tests"].items() if v["status"] != "passed"}
     assert row["score"] == pytest.approx(want["points"]), (
         f"{name} ({want['why']}): got {row['score']}, reason {row['reason']}, "

@@ -64,6 +64,20 @@ def drop_to_uid(uid: int) -> None:
     _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(DUMPABLE)")
 
 
+def available() -> bool:
+    """Whether this process may create network and mount namespaces (probed in a child)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            unshare(CLONE_NEWNET | CLONE_NEWNS)
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
 def capabilities() -> dict[str, int]:
     """The current process's capability sets (from /proc/self/status)."""
     out = {}
