@@ -703,8 +703,8 @@ def _check_statements(cell_source: str, grade: bool) -> list[ast.stmt]:
 def record_checks(p: Plan, assignment: str) -> tuple[dict, list[str]]:
     """Run the assignment's visible checks on the reference answers, recording embargoed calls.
 
-    Returns the table (replay key -> {"output", "rng"}) and notes (checks that failed or were
-    skipped, calls whose output cannot be stored).
+    Returns the table (``{"exact": {key: {"output", "rng", "type"}}, "near": {...}}``, see
+    :mod:`course_lib.checks.replay`) and notes (checks that failed, outputs not stored).
     """
     import importlib
     import inspect
@@ -715,6 +715,7 @@ def record_checks(p: Plan, assignment: str) -> tuple[dict, list[str]]:
 
     targets = [i for i in p.embargoed.values()]
     table: dict[str, dict] = {}
+    close: dict[str, list[dict]] = {}  # near key -> [{"floats": [...], "key": exact key}]
     bad: set[str] = set()
     notes: list[str] = []
     saved: list[tuple[object, str, object]] = []
@@ -727,7 +728,7 @@ def record_checks(p: Plan, assignment: str) -> tuple[dict, list[str]]:
             bound.apply_defaults()
             arguments = dict(bound.arguments)
             k = replay.key(dotted, arguments)
-            near = replay.key(dotted, arguments, rounded=True)
+            near, floats = replay.near_key(dotted, arguments)
             before = torch.get_rng_state()
             out = fn_out = fn(*args, **kwargs)
             after = torch.get_rng_state()
@@ -738,12 +739,13 @@ def record_checks(p: Plan, assignment: str) -> tuple[dict, list[str]]:
             if not _storable(out):
                 bad.add(k)
                 notes.append(f"{dotted}: returns {type(out).__name__}, not stored")
+            elif k in table and replay.digest(table[k]["output"]) != replay.digest(out):
+                bad.add(k)  # an ambiguous call (the same arguments, other outputs) answers nothing
             else:
-                entry = {"output": _detached(out), "rng": rng, "type": kind}
-                for name in (k, near):  # an ambiguous key answers nothing
-                    if name in table and replay.digest(table[name]["output"]) != replay.digest(out):
-                        bad.add(name)
-                    table.setdefault(name, entry)
+                table.setdefault(k, {"output": _detached(out), "rng": rng, "type": kind})
+                candidates = close.setdefault(near, [])
+                if not any(c["key"] == k for c in candidates):
+                    candidates.append({"floats": floats, "key": k})
             return fn_out
 
         recorder.__wrapped__ = fn
@@ -781,7 +783,7 @@ def record_checks(p: Plan, assignment: str) -> tuple[dict, list[str]]:
             setattr(holder, name, original)
     for k in bad:
         table.pop(k, None)
-    return table, notes
+    return {"exact": table, "near": close}, notes
 
 
 def write_check_data(p: Plan, folder: Path) -> list[str]:
@@ -793,7 +795,7 @@ def write_check_data(p: Plan, folder: Path) -> list[str]:
     for a in p.released():
         table, found = record_checks(p, a.name)
         notes += found
-        if table:
+        if table["exact"]:
             torch.save(table, folder / f"{a.name}.pt")
     return notes
 
