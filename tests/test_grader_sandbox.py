@@ -500,3 +500,11 @@ def test_only_the_allowlist_is_readable(student, tmp_path):
         assert {caps[k] for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")} == {
             "0000000000000000"
         }
+
+
+def test_the_inherited_environment_block_is_gone(student):
+    st, _, _ = student
+    st.attention(torch.ones(1, 2), torch.ones(1, 2), torch.ones(1, 2))
+    with open(f"/proc/{st._session.pid}/environ", "rb") as f:  # what the kernel shows for it
+        block = f.read()
+    assert b"PATH=/" not in block and b"HOME=/root" not in block
