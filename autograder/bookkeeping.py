@@ -32,6 +32,7 @@ NOT_GRADED = "added by the student: not graded"
 OUTPUT_NOTE = "[the student's own output when they ran this cell; not graded]\n"
 MAX_TEXT = 20_000  # characters per text output kept
 MAX_DATA = 2_000_000  # characters per rich output (e.g. a base64 PNG)
+MAX_TOTAL = 20_000_000  # characters of the student's outputs kept per notebook
 SAFE_MIME = ("text/plain", "image/png", "image/jpeg", "image/gif")  # shown, never run
 
 
@@ -148,7 +149,8 @@ def _complete(base: Path, sub: Any) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _trim(outputs: list) -> list:
+def _trim(outputs: list, budget: list[int]) -> list:
+    """Copies of ``outputs``, each cut to size, while ``budget[0]`` characters remain."""
     kept = []
     for out in outputs:
         out = copy.deepcopy(out)
@@ -158,15 +160,16 @@ def _trim(outputs: list) -> list:
         data = out.get("data")
         if isinstance(data, dict):
             for key in list(data):
-                if key not in SAFE_MIME:  # HTML, SVG, JavaScript, Markdown would run or render
-                    del data[key]
-                    continue
                 value = data[key]
-                size = len(value) if isinstance(value, str) else len(str(value))
-                if size > MAX_DATA:
+                if len(value if isinstance(value, str) else str(value)) > MAX_DATA:
                     del data[key]
             if not data:
                 continue
+        size = len(str(out))
+        if size > budget[0]:
+            kept.append(nbformat.v4.new_output("stream", name="stdout", text="[output cut]\n"))
+            break
+        budget[0] -= size
         kept.append(out)
     return kept
 
@@ -200,10 +203,11 @@ def keep_student_work(autograded: Path, submitted: Path) -> bool:
     added: dict[int, list] = {}
     anchor = 0
     ids = {c.get("id") for c in nb.cells}
+    budget = [MAX_TOTAL]
     for cell in student.cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         gid = meta.get("grade_id") if isinstance(meta.get("grade_id"), str) else None
-        outputs = _trim(cell.get("outputs", [])) if cell.cell_type == "code" else []
+        outputs = _trim(cell.get("outputs", []), budget) if cell.cell_type == "code" else []
         if gid and gid in index_of:
             anchor = index_of[gid]
             target = nb.cells[anchor]

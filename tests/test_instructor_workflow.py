@@ -340,3 +340,49 @@ def test_written_answers_page_escapes_html(course, tmp_path):
     assert "<strong>bold</strong>" in page and "$D$" in page
     assert "<script>" not in page and "&lt;alice&gt;" in page
     assert "explain_scaling" in page and "2 points" in page
+
+
+def test_autograded_notebook_keeps_the_students_outputs_and_added_cells(tmp_path):
+    from autograder.bookkeeping import keep_student_work
+
+    def cell(kind: str, source: str, gid: str | None = None, **meta: bool):
+        new = nbformat.v4.new_code_cell if kind == "code" else nbformat.v4.new_markdown_cell
+        c = new(source)
+        if gid:
+            c.metadata["nbgrader"] = {"grade_id": gid, **meta}
+        return c
+
+    graded = nbformat.v4.new_notebook()
+    graded.cells = [
+        cell("markdown", "**Autograder:** 4 / 8"),
+        cell("markdown", "# Task"),
+        cell("code", "def f(): return 1", "f", solution=True),
+        cell("code", "check(f)", "check_f", grade=True),
+        cell("code", "plot(f)"),
+    ]
+    graded.cells[3].outputs = [nbformat.v4.new_output("stream", name="stdout", text="passed\n")]
+    student = nbformat.from_dict(json.loads(nbformat.writes(graded)))
+    student.cells = student.cells[1:]  # no summary in the student's copy
+    student.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="42\n")]
+    student.cells[2].outputs = [nbformat.v4.new_output("stream", name="stdout", text="fake\n")]
+    student.cells[3].outputs = [nbformat.v4.new_output("stream", name="stdout", text="x" * 10**6)]
+    student.cells.insert(2, cell("markdown", "My notes: exponent 1.98"))
+    student.cells.append(cell("code", "print('extra')"))
+    a, s = tmp_path / "graded.ipynb", tmp_path / "student.ipynb"
+    nbformat.write(graded, a)
+    nbformat.write(student, s)
+    assert keep_student_work(a, s)
+    out = nbformat.read(a, as_version=4)
+    sources = [c.source for c in out.cells]
+    assert len(out.cells) == 7 and sources[0].startswith("**Autograder:**")
+    assert sources[3].startswith("*[added by the student: not graded]*") and "1.98" in sources[3]
+    assert sources[-1].startswith("# [added by the student: not graded]")
+    assert all(c.metadata["autograder"]["not_graded"] for c in (out.cells[3], out.cells[-1]))
+    solution = out.cells[2]
+    assert "not graded" in solution.outputs[0]["text"] and solution.outputs[1]["text"] == "42\n"
+    assert [o["text"] for o in out.cells[4].outputs] == ["passed\n"]  # the check's own results
+    plot = out.cells[5].outputs[1]["text"]
+    assert len(plot) < 30_000 and plot.endswith("[... cut]")
+    nbformat.validate(out)
+    (tmp_path / "bad.ipynb").write_text("{")
+    assert not keep_student_work(a, tmp_path / "bad.ipynb")
