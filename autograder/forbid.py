@@ -14,6 +14,12 @@ that test makes runs under a ``TorchFunctionMode`` (torch functions, by identity
 ``TorchDispatchMode`` (ATen op names), a global module forward pre-hook (module classes) and a
 profile hook (plain Python functions), so indirections such as ``getattr(F, "scaled_" + ...)``,
 an alias, or a module that calls the forbidden function internally are caught too.
+
+These watch one thread, inside the student's interpreter, so the sandbox keeps them there and
+out of reach (:mod:`autograder.sandbox.audit`): threads are refused (by the kernel where the worker
+has a uid of its own), the grader's modules cannot be imported, and the routes to the detector's
+objects (``gc``, frames, trace and profile hooks, new code objects) are refused to student code
+and reported: such a test fails as tampering.
 """
 
 from __future__ import annotations

@@ -152,7 +152,8 @@ def _enter_root(config: dict, report: dict) -> None:
         report["filesystem"] = f"audit hook only ({NOT_GUARANTEED})"
         return
     allow = list(config.get("allow") or namespaces.default_allowlist([PACKAGE_DIR]))
-    namespaces.allowlist_root(allow, [os.path.realpath(p) for p in config.get("hide", [])])
+    masks = [os.path.realpath(p) for p in [*config.get("hide", []), PACKAGE_DIR]]
+    namespaces.allowlist_root(allow, masks)
     report["allowlist"] = allow
     report["filesystem"] = (
         f"mount namespace, read-only allowlisted root ({len(allow)} paths), private /tmp, "

@@ -127,8 +127,10 @@ def default_allowlist(forbidden: list[str]) -> list[str]:
     for path in sorted(paths) + list(SYSTEM_PATHS):
         if not os.path.exists(path):
             continue
-        if any(b == path or b.startswith(path.rstrip("/") + "/") for b in bad):
-            continue  # the path would expose a forbidden folder
+        holds = [b for b in bad if b == path or b.startswith(path.rstrip("/") + "/")]
+        if holds and not path.endswith("-packages"):
+            continue  # the path would expose a forbidden folder (e.g. the repository)
+        # an installed grader inside site-packages: allowed, the caller masks the folder
         out.append(path)
     return out
 
