@@ -1,4 +1,4 @@
-"""The grader's commands on the fixture assignment: release, check, selfgrade, gradescope, and the
+"""The grader's commands on the fixture assignment: release, check, selfgrade, and the
 fallback sandbox (no namespaces) on the cheats that matter most for it."""
 
 from __future__ import annotations
