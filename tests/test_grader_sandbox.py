@@ -168,6 +168,9 @@ def sqlite(path):
     import sqlite3
     sqlite3.connect(path).execute("create table t (x)")
 
+def raise_limits():
+    resource.setrlimit(resource.RLIMIT_CPU, (10**6, 10**6))
+
 def fifo():
     os.mkfifo("pipe")
 
@@ -436,6 +439,7 @@ def test_audit_hook_holes_are_closed(student, tmp_path):
         lambda: st.sqlite("notes.db"),
         st.fifo,
         st.environ_block,
+        st.raise_limits,
     )
     for call in calls:
         with pytest.raises(proxy.StudentError, match="PermissionError|not allowed|FileNotFound"):

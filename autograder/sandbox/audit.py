@@ -37,7 +37,7 @@ _DENIED_EVENTS = {
     "ctypes.addressof", "ctypes.string_at", "ctypes.wstring_at", "ctypes.cdata",
     "ctypes.cdata/buffer", "sqlite3.connect", "sqlite3.connect/handle",
     "sqlite3.enable_load_extension", "sqlite3.load_extension", "os.fchdir", "mmap.__new__",
-    "sys.remote_exec", "_thread.start_new_thread",
+    "sys.remote_exec", "_thread.start_new_thread", "resource.setrlimit", "resource.prlimit",
 }  # fmt: skip
 # Reaching the interpreter's frames and objects: refused unless the worker's own code asks.
 _INTROSPECTION = {

@@ -12,6 +12,7 @@ import sys
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWIPC = 0x08000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 1 << 14, 1 << 18
 PR_SET_KEEPCAPS, PR_SET_NO_NEW_PRIVS, PR_CAPBSET_DROP = 8, 38, 24
@@ -176,9 +177,9 @@ def allowlist_root(allow: list[str], hide: list[str] = ()) -> str:
 
 
 def private_tmp() -> None:
-    """In the worker's own mount namespace: fresh tmpfs on /tmp, /var/tmp and /dev/shm (gone
-    with the namespace when the worker ends)."""
-    unshare(CLONE_NEWNS)
+    """In the worker's own mount and IPC namespaces: fresh tmpfs on /tmp, /var/tmp and /dev/shm
+    (gone with the namespaces when the worker ends)."""
+    unshare(CLONE_NEWNS | CLONE_NEWIPC)  # System V IPC objects die with the worker too
     for path in PRIVATE:
         if os.path.isdir(path):
             mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=256m,mode=1777")
