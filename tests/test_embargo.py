@@ -301,3 +301,47 @@ def test_the_student_wheel_runs_the_checks_blank_and_with_the_reference(
     assert all(len(r["message"]) >= 20 for r in blank if r["status"] == "failed")
     wrong = [r for r in reference if r["cell"] not in TRAINED and r["status"] != "passed"]
     assert not wrong, f"the reference answers should pass every check: {wrong}"
+
+
+def run_notebook(python: Path, kernels: Path, notebook: Path) -> list[tuple[str, str, str]]:
+    """Run ``notebook`` top to bottom in a kernel of ``python``: its errors (cell, name, value)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    spec = kernels / "kernels" / "student"
+    spec.mkdir(parents=True, exist_ok=True)
+    argv = [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (spec / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "student", "language": "python"})
+    )
+    nb = nbformat.read(notebook, as_version=4)
+    nb.cells.insert(0, nbformat.v4.new_code_cell("import course_lib; print(course_lib.__file__)"))
+    NotebookClient(nb, timeout=900, kernel_name="student", allow_errors=True,
+                   resources={"metadata": {"path": str(kernels)}}).execute()  # fmt: skip
+    assert nb.cells[0].outputs[0]["text"].startswith(str(python.parent.parent))
+    return [
+        (c.metadata.get("nbgrader", {}).get("grade_id", "?"), o["ename"], o["evalue"])
+        for c in nb.cells
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("embargo")
+def test_a3_runs_top_to_bottom_on_the_student_wheel(student_python, bundle, tmp_path, monkeypatch):
+    """A3 (the issue's example) in a Jupyter kernel, top to bottom, training included: the
+    reference answers raise nothing; blank answers fail each check with its message, and the
+    other errors are the student's own stubs (or what they leave undefined), never the library."""
+    out, _ = bundle
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    name = "a3_transformer"
+    assert run_notebook(student_python, tmp_path, ROOT / "solutions" / name / f"{name}.ipynb") == []
+    errors = run_notebook(student_python, tmp_path, out / "assignments" / name / f"{name}.ipynb")
+    checks = [e for e in errors if e[0].startswith("check_")]
+    assert len(checks) == 6 and all(e[1] == "CheckFailed" for e in checks), checks
+    others = [e for e in errors if not e[0].startswith("check_")]
+    assert all(e[1] in ("NotImplementedError", "NameError") for e in others), others
+    assert not [e for e in errors if "You implement this in" in e[2]], errors
