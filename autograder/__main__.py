@@ -268,7 +268,13 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     course = Course(find_course(args.course_dir))
-    return args.func(args, course)
+    try:
+        return args.func(args, course)
+    except RuntimeError as error:
+        if "sandbox failed to start" not in str(error):
+            raise
+        print(f"error: {str(error).splitlines()[0]}", file=sys.stderr)  # no namespaces, say
+        return 3  # how to proceed: a grader-side fault, not a student's
 
 
 if __name__ == "__main__":
