@@ -21,7 +21,6 @@ Grading starts sandboxed worker processes: the slow tests run in one xdist group
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import io
 import json
@@ -45,7 +44,7 @@ from autograder.authoring import (
     unmark,
 )
 from autograder.course import Course
-from autograder.notebook import keep_statement
+from autograder.mutants import definitions, load_catalogue
 
 ROOT = Path(__file__).resolve().parent.parent
 COURSE = Course(ROOT)
@@ -257,23 +256,6 @@ def test_a_malformed_text_source_fails_loudly():
 # --------------------------------------------------------------------------------------------
 
 
-def definitions(nb: nbformat.NotebookNode, name: str) -> dict:
-    """The notebook's imports, functions, classes and constants (what the grader runs), executed
-    here statement by statement: solution and provided cells, without the experiments (a
-    statement that needs an experiment's data fails and is dropped, as in the grader) and
-    without the checks."""
-    namespace: dict = {"__name__": f"visible_{name}"}
-    for cell in nb.cells:
-        if cell.cell_type != "code" or kind_of(cell) not in ("solution", "provided"):
-            continue
-        for stmt in ast.parse(unmark(cell.source)).body:
-            if keep_statement(stmt):
-                with contextlib.suppress(Exception):
-                    code = compile(ast.Module([stmt], []), f"{name}/{cell.id}", "exec")
-                    exec(code, namespace)
-    return namespace
-
-
 def check_cells(nb: nbformat.NotebookNode) -> dict[str, str]:
     return {c.id: c.source for c in nb.cells if c.cell_type == "code" and kind_of(c) == "check"}
 
@@ -427,6 +409,25 @@ def test_new_assignment_scaffold_passes_check_at_once(tmp_path):
     blank = definitions(nbformat.read(course.release_dir(name) / f"{name}.ipynb", 4), name)
     with pytest.raises(CheckFailed, match="not implemented yet"):
         checks.check_softmax(blank["softmax"])
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in ASSIGNMENTS if (COURSE.suite_dir(n) / "mutants.yml").exists()]
+)
+def test_mutant_catalogue_applies_and_each_mutant_changes_the_code(name):
+    """Every mutant of ``python -m autograder mutants`` patches existing text (the patch fails
+    loudly otherwise), changes the code, and the correct rewrites pass every visible check."""
+    from autograder.mutants import first_failure
+
+    nb = source_notebook(name)
+    reference = submission(nb, {}, "reference")
+    catalogue = load_catalogue(COURSE, name)
+    assert sum(not spec.get("equivalent") for spec in catalogue.values()) >= 10, name
+    for mutant, spec in catalogue.items():
+        patched = submission(nb, spec["cells"], mutant)
+        assert [c.source for c in patched.cells] != [c.source for c in reference.cells], mutant
+        if spec.get("equivalent"):
+            assert first_failure(patched, mutant, set()) is None, f"{mutant} fails a check"
 
 
 # --------------------------------------------------------------------------------------------
