@@ -115,6 +115,12 @@ def test_releasing_the_solutions_of_a3_brings_its_code_back(tmp_path):
     assert "course_lib.models.transformer" not in released.by_module()
     assert "course_lib.layers" not in released.by_module()
     assert any(i.assignment == "a4_bert_gpt" for i in released.embargoed.values())
+    # the wheel is built from this copy: A3's modules come back byte for byte, A4's are stubbed
+    copy = tmp_path / "course_lib"
+    embargo.stub_package(ROOT / "course_lib", copy, released.by_module())
+    for rel in ("layers.py", "models/transformer.py"):
+        assert (copy / rel).read_bytes() == (ROOT / "course_lib" / rel).read_bytes(), rel
+    assert "course_lib.checks.replay" in (copy / "models" / "gpt.py").read_text(encoding="utf-8")
 
 
 def test_an_unreleased_assignment_is_left_out_of_the_bundle(tmp_path):
