@@ -49,6 +49,19 @@ _FRAME_ATTRIBUTES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "
 # Extension modules whose functions are replaced or policed: a fresh copy is not loaded again.
 _NO_RELOAD = {"_posixsubprocess", "posix", "_thread", "_ctypes", "_sqlite3", "mmap", "_signal"}
 SEALED_EVENT = "autograder.sealed_import"
+CREATE_EVENT = "autograder.create_builtin"
+
+
+def _create_builtin(spec: Any) -> Any:
+    """Stands in for ``_imp.create_builtin``: the original lives only in the audit hook, so a
+    fresh copy of ``_thread`` (whose functions were never replaced) cannot be made."""
+    out: list = []
+    sys.audit(CREATE_EVENT, spec, out)
+    if not out:
+        raise ImportError(f"cannot load the built-in module {getattr(spec, 'name', spec)!r}")
+    return out[0]
+
+
 _PROC_PRIVATE = ("environ", "mem", "maps", "auxv", "pagemap", "syscall", "stack", "cmdline")
 
 
@@ -148,7 +161,17 @@ def install_audit_hook(
             return len(parts) > 3 and parts[-1] in _PROC_PRIVATE
         return False
 
+    import _imp
+
+    create_builtin = _imp.create_builtin
+
     def hook(event: str, args: tuple) -> None:
+        if event == CREATE_EVENT:
+            spec, out = args
+            if getattr(spec, "name", None) in _NO_RELOAD and not trusted[0]:
+                refuse(f"loading {spec.name} again", ImportError)
+            out.append(create_builtin(spec))
+            return
         if trusted[0]:
             return
         if event == "open":
@@ -209,6 +232,7 @@ def install_audit_hook(
         trusted[0] -= 1
 
     sys.addaudithook(hook)
+    _imp.create_builtin = _create_builtin
     return Trust(enter, leave, labels, take)
 
 
