@@ -84,7 +84,8 @@ def check_plain(obj: Any, *, nodes: int = MAX_NODES, data: int = MAX_BYTES) -> N
                 raise ProtocolError("message is nested too deeply")
             return known
         if isinstance(value, torch.Tensor):
-            result = (1, value.untyped_storage().nbytes(), 0)
+            logical = value.numel() * value.element_size()  # a stride-0 view is not small
+            result = (1, max(value.untyped_storage().nbytes(), logical), 0)
         elif isinstance(value, (dict, list, tuple)):
             children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
             count, size, height = 1, 0, 0

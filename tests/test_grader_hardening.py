@@ -56,6 +56,13 @@ def test_shared_tensor_storage_counts_per_reference():
     protocol.check_plain({"ok": True, "value": [big] * 10})
 
 
+def test_a_huge_view_of_a_tiny_storage_is_refused():
+    tiny = torch.zeros(1)
+    huge = torch.empty(0).set_(tiny.untyped_storage(), 0, (10**6, 10**6), (0, 0))
+    with pytest.raises(protocol.ProtocolError, match="bytes of tensors"):
+        protocol.loads(protocol.dumps({"ok": True, "value": huge}))
+
+
 def test_ordinary_replies_still_pass():
     reply = {"ok": True, "value": {"out": torch.randn(4, 5), "n": [1, 2.0, "x", None]}}
     back = protocol.loads(protocol.dumps(reply))
