@@ -13,10 +13,13 @@ listed by hand:
    ``course_lib.models.transformer.EncoderBlock.forward``; a function ``greedy_decode`` also to a
    method ``Transformer.greedy_decode`` when no function of that name exists).
 
-``also: [dotted.name, ...]`` adds an object whose reference has another name (the notebook's
-``ViT`` is ``course_lib.models.vit.VisionTransformer``). An object that a released notebook imports
-as provided code (``from course_lib.attention import MultiHeadAttention`` in A3) stays in the
-student edition: a note says so (the student already uses it).
+``also: [dotted.name, ...]`` adds an object whose reference has another name; ``- dotted.name:
+ViT.forward`` also says which graded unit it answers, so that it shows the same part (the
+notebook's ``ViT.forward`` is ``course_lib.models.vit.VisionTransformer.forward``).
+
+An object that a released notebook imports as provided code (``from course_lib.attention import
+MultiHeadAttention`` in A3), or that such code may call, stays in the student edition: a note says
+so (the student already runs it).
 
 An object is *embargoed* when the assignment that grades it is not ``solutions-released``. The
 student editions replace each embargoed object's body by its signature, docstring and a
@@ -71,7 +74,7 @@ class Assignment:
     name: str  # a3_transformer
     state: str
     line: int  # 1-based line in course.yml
-    also: tuple[tuple[str, int], ...] = ()  # (dotted name, line)
+    also: tuple[tuple[str, int, str], ...] = ()  # (dotted name, line, unit it answers or "")
 
     @property
     def label(self) -> str:  # A3
@@ -161,7 +164,7 @@ def read_schedule(path: Path, known: list[str] | None = None) -> list[Assignment
             fail(knode, f"unknown assignment {name!r} (known: {', '.join(known)})")
         if any(a.name == name for a in out):
             fail(knode, f"assignment {name!r} is listed twice")
-        also: list[tuple[str, int]] = []
+        also: list[tuple[str, int, str]] = []
         if isinstance(vnode, yaml.ScalarNode):
             state, snode = vnode.value, vnode
         elif isinstance(vnode, yaml.MappingNode):
@@ -178,9 +181,18 @@ def read_schedule(path: Path, known: list[str] | None = None) -> list[Assignment
                 if not isinstance(anode, yaml.SequenceNode):
                     fail(anode, f"'also' of {name} should be a list of dotted names")
                 for item in anode.value:
-                    if not isinstance(item, yaml.ScalarNode):
-                        fail(item, "expected a dotted name such as course_lib.layers.LayerNorm")
-                    also.append((item.value, item.start_mark.line + 1))
+                    line = item.start_mark.line + 1
+                    if isinstance(item, yaml.ScalarNode):
+                        also.append((item.value, line, ""))
+                    elif (
+                        isinstance(item, yaml.MappingNode)
+                        and len(item.value) == 1
+                        and all(isinstance(n, yaml.ScalarNode) for n in item.value[0])
+                    ):
+                        also.append((item.value[0][0].value, line, item.value[0][1].value))
+                    else:
+                        fail(item, "expected a dotted name (course_lib.layers.LayerNorm) or "
+                                   "`dotted.name: Unit` (the graded unit it answers)")  # fmt: skip
         else:
             fail(vnode, f"the state of {name} should be one of {', '.join(STATES)}")
         if state not in STATES:
@@ -413,7 +425,7 @@ def plan(root: Path = PACKAGE_ROOT, schedule: Path | None = None) -> Plan:
             if not matches:  # a unique same-named object anywhere in the library
                 anywhere = [(m, unit.qualname) for m in sorted(index) if unit.qualname in index[m]]
                 matches = anywhere if len(anywhere) == 1 else []
-            if not matches:
+            if not matches and unit.qualname not in {u for _, _, u in a.also}:
                 result.notes.append(
                     f"{a.label}: {unit.qualname} has no reference of that name in "
                     f"{', '.join(sorted(modules)) or 'course_lib'} (list it under 'also' if any)"
@@ -421,7 +433,8 @@ def plan(root: Path = PACKAGE_ROOT, schedule: Path | None = None) -> Plan:
             for module, qualname in matches:
                 item = Embargoed(module, qualname, a.name, unit.where(a.label))
                 result.graded.setdefault(item.dotted, item)
-        for dotted, line in a.also:
+        units = {u.qualname: u for u in graded_units(root, a.name)}
+        for dotted, line, answers in a.also:
             module = next(
                 (m for m in sorted(index, key=len, reverse=True) if dotted.startswith(m + ".")),
                 None,
@@ -432,7 +445,13 @@ def plan(root: Path = PACKAGE_ROOT, schedule: Path | None = None) -> Plan:
                     f"{schedule}:{line}: unknown object {dotted!r} (not a function, class or "
                     f"method of course_lib)"
                 )
-            item = Embargoed(module, qualname, a.name, f"{a.label}")
+            if answers and answers not in units:
+                raise ScheduleError(
+                    f"{schedule}:{line}: {a.name} grades no {answers!r} (its graded units: "
+                    f"{', '.join(units)})"
+                )
+            where = units[answers].where(a.label) if answers else a.label
+            item = Embargoed(module, qualname, a.name, where)
             result.graded.setdefault(item.dotted, item)
     provided: dict[str, str] = {}
     for a in result.released():

@@ -60,6 +60,9 @@ def test_the_repository_schedule_releases_every_assignment_and_no_solution():
         ("assignments:\n  a3_transformer:\n    state: released\n    also:\n"
          "      - course_lib.layers.NoSuchThing\n", 5, "unknown object"),
         ("assignments:\n  a3_transformer:\n    stat: released\n", 3, "unknown key 'stat'"),
+        ("assignments:\n  a5_vision_transformers:\n    state: released\n    also:\n"
+         "      - course_lib.models.vit.VisionTransformer.forward: NoSuchUnit\n", 5,
+         "grades no 'NoSuchUnit'"),
         ("assigments:\n  a3_transformer: released\n", 1, "unknown key 'assigments'"),
     ],
 )  # fmt: skip
@@ -79,6 +82,14 @@ def test_the_graded_objects_come_from_the_assignments(repo_plan):
         assert got[f"{transformer}.{name}"].startswith("A3, part"), name
     assert got["course_lib.tokenizers.merge_pair"].startswith("A4, part 1")
     assert got["course_lib.vision.patchify"].startswith("A5, part 1")
+    # course.yml's `also`: a reference of another name answers the notebook's ViT.forward
+    vit = "course_lib.models.vit.VisionTransformer"
+    assert (
+        got[f"{vit}.forward"]
+        == got[f"{vit}.forward_features"]
+        == ("A5, part 2 (The ViT forward pass)")
+    )
+    assert not any("ViT.forward has no reference" in n for n in repo_plan.notes)
     # A3 gives MultiHeadAttention as provided code: it (and what it calls) stays usable
     assert "course_lib.attention.MultiHeadAttention.forward" not in got
     assert "course_lib.attention.scaled_dot_product_attention" not in got
