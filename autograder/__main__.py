@@ -29,6 +29,20 @@ def _options(args: argparse.Namespace) -> Options:
     )
 
 
+def _trusted_options(args: argparse.Namespace) -> Options:
+    """Options for commands that grade only the instructor's own material (reference, blank,
+    samples, mutants): where namespaces are missing (a laptop without root), ``auto`` falls back,
+    saying so, instead of refusing as ``grade`` does for students' submissions."""
+    options = _options(args)
+    if options.sandbox == "auto":
+        from .sandbox.namespaces import available
+
+        if not available():
+            print("sandbox: no namespaces here; grading the course's own material in fallback mode")
+            options.sandbox = "fallback"
+    return options
+
+
 def _add_limits(p: argparse.ArgumentParser, jobs: int = 2) -> None:
     p.add_argument("--jobs", type=int, default=jobs, help="parallel runners (default %(default)s)")
     p.add_argument("--timeout", type=float, default=10.0, help="CPU seconds per call (default 10)")
@@ -58,7 +72,7 @@ def cmd_mutants(args: argparse.Namespace, course: Course) -> int:
     from .mutants import mutants
 
     out = Path(args.out) if args.out else course.grading_dir / f"mutants-{args.assignment}.json"
-    return mutants(course, args.assignment, _options(args), out, names=args.names,
+    return mutants(course, args.assignment, _trusted_options(args), out, names=args.names,
                    strict=args.strict)  # fmt: skip
 
 
@@ -150,14 +164,14 @@ def cmd_similarity(args: argparse.Namespace, course: Course) -> int:
 def cmd_check(args: argparse.Namespace, course: Course) -> int:
     from .selfcheck import check
 
-    return check(course, args.assignment, _options(args))
+    return check(course, args.assignment, _trusted_options(args))
 
 
 def cmd_selfgrade(args: argparse.Namespace, course: Course) -> int:
     from .selfcheck import selfgrade
 
     out = Path(args.out) if args.out else course.grading_dir / "selfgrade.json"
-    return selfgrade(course, args.assignments, _options(args), out)
+    return selfgrade(course, args.assignments, _trusted_options(args), out)
 
 
 def cmd_gradescope(args: argparse.Namespace, course: Course) -> int:
@@ -186,7 +200,7 @@ def cmd_fairness(args: argparse.Namespace, course: Course) -> int:
     from .fairness import fairness
 
     out = Path(args.out) if args.out else course.grading_dir / "fairness.json"
-    return fairness(course, args.assignments, _options(args), out, names=args.names)
+    return fairness(course, args.assignments, _trusted_options(args), out, names=args.names)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -78,27 +78,31 @@ def finish(course: Course, assignment: str, subs: list, rows: list[dict]) -> lis
     settings = nbgrader_settings(course.root)
     due = due_date(course.root, assignment)
     late: list[dict] = []
-    by_student = {s.student: s for s in subs}
+    by_id = {getattr(s, "id", s.student): s for s in subs}
     with Gradebook(settings["db_url"], settings["course_id"]) as gb:
         if due is not None:
             gb.update_or_create_assignment(assignment, duedate=due)
         for row in rows:
-            sub = by_student.get(row["student"])
+            key = row.get("id") or row["student"]  # the safe id names folders and gradebook rows
+            sub = by_id.get(key)
             if sub is None:
                 continue
             base = Path(sub.base)
             if _inside(base, Path(settings["submitted"])):
+                # nbgrader's own bookkeeping files, as its collect writes them; the student's
+                # files are never written to
                 _complete(base, sub)
-            dest = Path(settings["autograded"]) / row["student"] / assignment
+            dest = Path(settings["autograded"]) / key / assignment
             dest.mkdir(parents=True, exist_ok=True)
             for name in CARRIED:
                 if _regular(base / name) and base.resolve() != dest.resolve():
                     shutil.copyfile(base / name, dest / name)
+            _complete(dest, sub)
             try:
-                submission = gb.find_submission(assignment, row["student"])
+                submission = gb.find_submission(assignment, key)
             except MissingEntry:
                 continue
-            stamp = base / "timestamp.txt"
+            stamp = dest / "timestamp.txt"
             if _regular(stamp):
                 try:
                     submission.timestamp = parse_utc(stamp.read_text().strip())
@@ -112,7 +116,10 @@ def finish(course: Course, assignment: str, subs: list, rows: list[dict]) -> lis
                 late.append(row)
             for name, path in sub.notebooks.items():
                 if path is not None and _regular(Path(path)) and (dest / name).is_file():
-                    keep_student_work(dest / name, Path(path))
+                    try:
+                        keep_student_work(dest / name, Path(path))
+                    except Exception as exc:  # a hostile notebook costs its own extras only
+                        row["notes"].append(f"student outputs not kept: {type(exc).__name__}")
     for row in late:
         hours = row["seconds_late"] / 3600
         print(f"  late: {row['student']} submitted {hours:.1f} h after the due date")
@@ -160,6 +167,9 @@ def _trim(outputs: list, budget: list[int]) -> list:
         data = out.get("data")
         if isinstance(data, dict):
             for key in list(data):
+                if key not in SAFE_MIME:  # HTML, SVG, JavaScript, Markdown would run or render
+                    del data[key]
+                    continue
                 value = data[key]
                 if len(value if isinstance(value, str) else str(value)) > MAX_DATA:
                     del data[key]
@@ -185,6 +195,18 @@ def _regular(path: Path) -> bool:
     return path.is_file() and not path.is_symlink()
 
 
+def _nbgrader_meta(cell: Any) -> dict:
+    """The cell's nbgrader metadata, or ``{}`` where a hostile notebook put something else."""
+    meta = cell.get("metadata")
+    meta = meta.get("nbgrader") if isinstance(meta, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def _grade_id(cell: Any) -> str | None:
+    gid = _nbgrader_meta(cell).get("grade_id")
+    return gid if isinstance(gid, str) and gid else None
+
+
 def keep_student_work(autograded: Path, submitted: Path) -> bool:
     """Add the student's outputs and added cells to the autograded notebook (in place)."""
     try:
@@ -195,7 +217,7 @@ def keep_student_work(autograded: Path, submitted: Path) -> bool:
     index_of: dict[str, int] = {}
     plain: dict[str, list[int]] = {}
     for i, cell in enumerate(nb.cells):
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        gid = _grade_id(cell)
         if gid:
             index_of.setdefault(gid, i)
         elif i > 0:  # cell 0 is the autograder's summary
@@ -205,13 +227,12 @@ def keep_student_work(autograded: Path, submitted: Path) -> bool:
     ids = {c.get("id") for c in nb.cells}
     budget = [MAX_TOTAL]
     for cell in student.cells:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        gid = meta.get("grade_id") if isinstance(meta.get("grade_id"), str) else None
+        gid = _grade_id(cell)
         outputs = _trim(cell.get("outputs", []), budget) if cell.cell_type == "code" else []
         if gid and gid in index_of:
             anchor = index_of[gid]
             target = nb.cells[anchor]
-            target_meta = target.metadata.get("nbgrader", {})
+            target_meta = _nbgrader_meta(target)
             is_check = target_meta.get("grade") and not target_meta.get("solution")
             if target.cell_type == "code" and outputs and not is_check:
                 target.outputs = _note(outputs) + list(target.get("outputs", []))

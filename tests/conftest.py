@@ -11,6 +11,14 @@ import os
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
+# A host without namespaces (a container without CAP_SYS_ADMIN): the grader refuses `auto` there,
+# so the tests ask for the fallback by name, as an instructor would (the namespace-only promises
+# are skipped by the tests that check them).
+from autograder.sandbox.namespaces import available  # noqa: E402
+
+if not available():
+    os.environ.setdefault("AUTOGRADER_SANDBOX", "fallback")
+
 import torch  # noqa: E402
 
 torch.set_num_threads(int(os.environ.get("COURSE_TEST_THREADS", "1")))

@@ -53,11 +53,16 @@ class Listener:
         self.server.close()
 
 
+# nbgrader's bookkeeping, added (never overwritten) where a copied-in submission lacks it
+BOOKKEEPING = {"timestamp.txt", "submission_secret.txt"}
+
+
 def _digest(folder: Path) -> dict[str, list]:
+    """What the students submitted: every file but nbgrader's added bookkeeping."""
     return {
         str(p.relative_to(folder)): [hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime]
         for p in sorted(folder.rglob("*"))
-        if p.is_file()
+        if p.is_file() and p.name not in BOOKKEEPING
     }
 
 
