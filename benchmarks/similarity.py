@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "fixtures" / "similarity"))
 
-import corpus  # noqa: E402
+import similarity_corpus as corpus  # noqa: E402
 
 from autograder import similarity as S  # noqa: E402
 from autograder.course import Course  # noqa: E402

@@ -16,7 +16,7 @@ from autograder.course import PACKAGE_ROOT, Course
 from autograder.grade import discover
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "similarity"))
-import corpus  # noqa: E402
+import similarity_corpus as corpus  # noqa: E402
 
 COURSE = Course(PACKAGE_ROOT)
 RELEASE = COURSE.release_dir(corpus.ASSIGNMENT) / corpus.NOTEBOOK

@@ -326,7 +326,8 @@ def _worker_main(sock: socket.socket, config: dict, report: dict, uid: int | Non
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     cwd = os.path.join(config["scratch"], f"w{os.getpid()}")
     if report["mount_ns"]:
-        namespaces.private_tmp()  # no fallback to a shared /tmp: failing here fails the worker
+        # no fallback to a shared /tmp: failing here fails the worker
+        namespaces.private_tmp(report.get("allowlist", []))
         cwd = "/tmp/submission"
     os.makedirs(cwd, mode=0o700, exist_ok=True)
     limits.apply_worker_limits(config["limits"])

@@ -176,10 +176,29 @@ def allowlist_root(allow: list[str], hide: list[str] = ()) -> str:
     return root
 
 
-def private_tmp() -> None:
+def private_tmp(keep: list[str] = ()) -> None:
     """In the worker's own mount and IPC namespaces: fresh tmpfs on /tmp, /var/tmp and /dev/shm
-    (gone with the namespaces when the worker ends)."""
+    (gone with the namespaces when the worker ends). Allowlisted paths that live inside one of
+    them (a clone and its .venv under /tmp) are bound again, read-only, over the fresh tmpfs."""
     unshare(CLONE_NEWNS | CLONE_NEWIPC)  # System V IPC objects die with the worker too
+    inside = [k for k in keep if any(k.startswith(p + "/") for p in PRIVATE)]
+    held = {}
+    for path in inside:  # opened before the tmpfs hides them
+        try:
+            held[path] = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            continue
     for path in PRIVATE:
         if os.path.isdir(path):
             mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=256m,mode=1777")
+    ro = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
+    for path, fd in held.items():
+        source = f"/proc/self/fd/{fd}"
+        if os.path.isdir(source):
+            os.makedirs(path, mode=0o755, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+            open(path, "a").close()
+        mount(source, path, None, MS_BIND | MS_REC, None)  # MS_REC: its masks come along
+        mount(None, path, None, ro, None)
+        os.close(fd)
