@@ -151,19 +151,8 @@ def allowlist_root(allow: list[str], hide: list[str] = ()) -> str:
             continue
     mount("tmpfs", ANCHOR, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
     root = ANCHOR
-    ro = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
     for path, fd in sources.items():
-        target = root + path
-        source = f"/proc/self/fd/{fd}"
-        if os.path.isdir(source):
-            os.makedirs(target, mode=0o755, exist_ok=True)
-        else:
-            os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
-            open(target, "a").close()
-        mount(source, target, None, MS_BIND | MS_REC, None)
-        if path not in DEVICES:
-            mount(None, target, None, ro, None)
-        os.close(fd)
+        _bind(fd, root + path, readonly=path not in DEVICES)
     for path in PRIVATE:
         os.makedirs(root + path, mode=0o755, exist_ok=True)
     for path in hide:  # a hidden folder inside an allowed one: covered by an empty tmpfs
@@ -191,14 +180,21 @@ def private_tmp(keep: list[str] = ()) -> None:
     for path in PRIVATE:
         if os.path.isdir(path):
             mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=256m,mode=1777")
-    ro = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
     for path, fd in held.items():
-        source = f"/proc/self/fd/{fd}"
-        if os.path.isdir(source):
-            os.makedirs(path, mode=0o755, exist_ok=True)
-        else:
-            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-            open(path, "a").close()
-        mount(source, path, None, MS_BIND | MS_REC, None)  # MS_REC: its masks come along
-        mount(None, path, None, ro, None)
-        os.close(fd)
+        _bind(fd, path, readonly=True)
+
+
+def _bind(fd: int, target: str, readonly: bool) -> None:
+    """Bind the path opened as ``fd`` (``O_PATH``) at ``target``, creating the mount point, with
+    its submounts (``MS_REC``: masks inside it come along); then close ``fd``."""
+    source = f"/proc/self/fd/{fd}"
+    if os.path.isdir(source):
+        os.makedirs(target, mode=0o755, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        open(target, "a").close()
+    mount(source, target, None, MS_BIND | MS_REC, None)
+    if readonly:
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV
+        mount(None, target, None, flags, None)
+    os.close(fd)
