@@ -78,6 +78,23 @@ PRESETS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _own_codes(func: Any) -> list[types.CodeType]:
+    """The code objects that are this function's own: a decorated function (``@torch.no_grad()``,
+    ``functools.wraps``) is followed to what it wraps, and the wrapper's code, shared by every
+    function the same decorator wraps (a student's too), is left out."""
+    if not isinstance(func, types.FunctionType):
+        return []
+    inner = func
+    while isinstance(getattr(inner, "__wrapped__", None), types.FunctionType):
+        inner = inner.__wrapped__
+    if inner is func:
+        return [func.__code__]
+    own = [inner.__code__]
+    if func.__code__.co_filename == inner.__code__.co_filename:  # a decorator of the same module
+        own.append(func.__code__)
+    return own
+
+
 def expand(names: list[str] | tuple[str, ...]) -> list[str]:
     """Presets replaced by their specs, duplicates removed, order kept."""
     out: list[str] = []
@@ -175,13 +192,12 @@ class Detector:
             if issubclass(obj, torch.nn.Module):
                 self.classes.append((obj, spec))
             for value in vars(obj).values():
-                func = getattr(value, "__func__", value)
-                if isinstance(func, types.FunctionType):
-                    self.codes[func.__code__] = spec
+                for code in _own_codes(getattr(value, "__func__", value)):
+                    self.codes[code] = spec
             return
         func = getattr(obj, "__func__", obj)
-        if isinstance(func, types.FunctionType):
-            self.codes[func.__code__] = spec
+        for code in _own_codes(func):
+            self.codes[code] = spec
         self.functions[id(obj)] = spec
         name = getattr(obj, "__name__", None)
         if name and not isinstance(func, types.FunctionType):

@@ -38,6 +38,15 @@ def facts():
 def read(path):
     return open(path).read()
 
+def library_source():
+    import inspect
+    import course_lib.layers as layers
+    width = layers.LayerNorm(4)(torch.ones(2, 4)).shape[-1]
+    try:
+        return inspect.getsource(layers.LayerNorm)
+    except (OSError, TypeError):
+        return f"usable, source unreadable: {width}"
+
 def listdir(path):
     return os.listdir(path)
 
@@ -503,6 +512,18 @@ def test_only_the_allowlist_is_readable(student, tmp_path):
         assert {caps[k] for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")} == {
             "0000000000000000"
         }
+
+
+def test_the_library_works_but_its_source_is_unreadable(student):
+    """The references' source is an answer key while solutions are embargoed: student code uses
+    the loaded library but cannot read (and print into its feedback) the source files."""
+    import course_lib.layers
+
+    st, _, _ = student
+    assert st.library_source() == "usable, source unreadable: 4"
+    with pytest.raises(proxy.StudentError) as info:
+        st.read(course_lib.layers.__file__)
+    assert "LayerNorm" not in str(info.value)
 
 
 def test_the_inherited_environment_block_is_gone(student):

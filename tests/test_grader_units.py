@@ -517,3 +517,23 @@ def test_a_grader_fault_costs_one_row_and_rows_arrive_as_graded(tmp_path):
     assert bad["fault"] == "grader" and bad["status"] == "error" and "KeyError" in bad["reason"]
     assert bad["max_score"] == 2.0 and bad["tests"]["t.py::a"]["points"] == 0
     assert rows[2]["id"].startswith("kim_lee-") and rows[0]["fault"] is None
+
+
+def test_forbidding_a_decorated_function_leaves_the_decorator_alone():
+    """`@torch.no_grad()` wraps every function in one shared code object: forbidding a decorated
+    reference must not flag a student's own decorated function."""
+    import torch
+
+    from autograder.forbid import _own_codes
+
+    @torch.no_grad()
+    def reference(x):
+        return x
+
+    @torch.no_grad()
+    def students(x):
+        return x
+
+    codes = _own_codes(reference)
+    assert reference.__wrapped__.__code__ in codes
+    assert students.__code__ not in codes and students.__wrapped__.__code__ not in codes

@@ -145,6 +145,28 @@ def _zygote_setup(config: dict) -> dict:
     return report
 
 
+def _seal_library() -> list[str]:
+    """Import every module of the course library, then return its folders, which the worker
+    cannot read: student code uses the library as loaded, but cannot read the references'
+    source (embargoed answer keys in the student edition) and print it into its feedback."""
+    import importlib
+    import pkgutil
+
+    try:
+        import course_lib
+    except ImportError:
+        return []
+    folders = [os.path.realpath(p) for p in course_lib.__path__]
+    for info in pkgutil.walk_packages(course_lib.__path__, "course_lib."):
+        if info.name.endswith("__main__"):
+            continue
+        try:
+            importlib.import_module(info.name)
+        except Exception:  # an optional dependency missing: that module stays unavailable
+            pass
+    return folders
+
+
 def _enter_root(config: dict, report: dict) -> None:
     """Mount namespace mode: chroot into the allowlisted root; fallback: masks nothing, the audit
     hook polices paths."""
@@ -193,6 +215,8 @@ def _zygote_main(sock: socket.socket, config: dict) -> None:
             __import__(name)
         except Exception:
             pass
+    if config.get("seal_library", True):
+        config["hide"] = [*config.get("hide", []), *_seal_library()]
     import torch
 
     _enter_root(config, report)
