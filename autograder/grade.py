@@ -35,12 +35,12 @@ from typing import Any
 
 from .course import PACKAGE_ROOT, Course
 from .notebook import (
-    MAX_CODE_BYTES,
     Cell,
     NotebookError,
     assemble,
     clean_text,
     extract,
+    oversized,
     read_notebook,
     review,
     sha256_file,
@@ -379,12 +379,9 @@ def prepare(sub: Submission, release: dict[str, list[Cell]]) -> tuple[dict, Row]
         notes = read.notes + notes
         row.flags.extend(f"{name}: {f}" if len(release) > 1 else f for f in review(
             read.cells, release[name]))  # fmt: skip
-        size = sum(len(c.source.encode("utf-8")) for c in chunks if c.origin == "student")
-        if size > MAX_CODE_BYTES:
-            reasons.append(
-                f"{name}: the code in the solution cells is {size / 1024:.0f} KB, over the "
-                f"{MAX_CODE_BYTES // 1024} KB limit per notebook; it was not graded"
-            )
+        too_big = oversized(chunks)
+        if too_big:
+            reasons.append(f"{name}: {too_big}; it was not graded")
             row.answers.pop(name, None)
             continue
         extracted = []

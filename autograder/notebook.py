@@ -61,6 +61,18 @@ MAGIC_FILE_SIGNATURES = {
 }
 
 
+def oversized(chunks: list) -> str | None:
+    """Why the student's code in ``chunks`` is too large to parse safely (parsing costs ~640 bytes
+    of memory per byte of code), or None."""
+    size = sum(len(c.source.encode("utf-8")) for c in chunks if c.origin == "student")
+    if size <= MAX_CODE_BYTES:
+        return None
+    return (
+        f"the code in the solution cells is {size / 1024:.0f} KB, over the "
+        f"{MAX_CODE_BYTES // 1024} KB limit per notebook"
+    )
+
+
 class NotebookError(Exception):
     """The file cannot be graded as a notebook; the message says why and how to fix it."""
 

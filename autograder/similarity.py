@@ -62,12 +62,12 @@ from pathlib import Path
 from .course import PACKAGE_ROOT, Course
 from .grade import Submission, discover
 from .notebook import (
-    MAX_CODE_BYTES,
     CodeChunk,
     NotebookError,
     assemble,
     cell_role,
     extract,
+    oversized,
     read_notebook,
 )
 
@@ -718,12 +718,9 @@ def _student_code(path: Path, release_cells: list) -> tuple[dict[str, tuple], li
     """
     read = read_notebook(path)
     chunks, _ = assemble(read.cells, release_cells)
-    size = sum(len(c.source.encode("utf-8")) for c in chunks if c.origin == "student")
-    if size > MAX_CODE_BYTES:  # the limit grade applies (parsing costs memory)
-        raise NotebookError(
-            f"the code in the solution cells is {size / 1024:.0f} KB, over the "
-            f"{MAX_CODE_BYTES // 1024} KB limit per notebook"
-        )
+    too_big = oversized(chunks)  # the limit grade applies (parsing costs memory)
+    if too_big:
+        raise NotebookError(too_big)
     by_index = {c.index: c for c in read.cells}
     graded: dict[str, tuple[str, str]] = {}
     solutions: list[tuple[str, str]] = []
