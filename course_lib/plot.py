@@ -9,7 +9,10 @@ One helper per picture, used by every chapter, so the book's figures look alike:
 - `loss_curves`: a `course_lib.train.History` or a dict of lists;
 - `patch_grid` / `patch_tiles`: an image cut into the P × P patches of Dosovitskiy et al., "An Image
   is Worth 16x16 Words" (ICLR 2021);
-- `attention_overlay`: a (h, w) attention map stretched over the image it attends to.
+- `attention_overlay`: a (h, w) attention map stretched over the image it attends to;
+- `book_style`: the look of every figure in the book (SVG output, readable fonts, a
+  colour-blind-safe map, no overlapping titles);
+- `table`: a list of rows as a table the book renders as HTML.
 
 Inputs may be torch tensors (any device or dtype, with or without grad) or NumPy arrays.
 Single-panel functions take an optional ``ax`` and return the `Axes`; multi-panel ones return the
@@ -33,10 +36,12 @@ __all__ = [
     "attention_grid",
     "attention_heatmap",
     "attention_overlay",
+    "book_style",
     "loss_curves",
     "patch_grid",
     "patch_tiles",
     "positional_encoding_image",
+    "table",
 ]
 
 ArrayLike = torch.Tensor | np.ndarray | Sequence
@@ -80,6 +85,74 @@ def _check_labels(labels: Sequence[str] | None, n: int, name: str, axis: str) ->
 
 
 # --------------------------------------------------------------------------------------- attention
+
+
+def book_style(*, svg: bool = True) -> None:
+    """Set the figure style the book uses on every page.
+
+    Figures are drawn as SVG (sharp on any screen; rasters inside them, such as heatmaps, keep
+    their pixels), at 150 dpi where a raster is made, with fonts that stay readable when the page
+    shrinks a wide figure, a colour-blind-safe default map (viridis) and constrained layout so
+    that titles and labels never overlap. ``svg=False`` keeps PNG output (e.g. for a figure with
+    very many points).
+    """
+    import matplotlib as mpl
+
+    mpl.rcParams.update(
+        {
+            "figure.dpi": 150,
+            "savefig.dpi": 150,
+            "figure.figsize": (5.0, 3.5),
+            "figure.constrained_layout.use": True,
+            "font.size": 10,
+            "axes.titlesize": 10,
+            "axes.labelsize": 10,
+            "xtick.labelsize": 9,
+            "ytick.labelsize": 9,
+            "legend.fontsize": 9,
+            "image.cmap": "viridis",
+            "axes.prop_cycle": mpl.cycler(
+                color=["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442"]
+            ),
+            "svg.fonttype": "none",
+        }
+    )
+    try:
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:  # outside Jupyter: nothing to configure
+        return
+    set_matplotlib_formats("svg" if svg else "png")
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]], *, digits: int = 3) -> Any:
+    """Rows of results as a Markdown table, rendered as HTML by the book and by Jupyter.
+
+    Floats are shown with ``digits`` significant digits; everything else with ``str``. Returns an
+    ``IPython.display.Markdown`` object (display it, or leave it as a cell's last expression).
+
+    >>> table(["model", "loss"], [["GRU", 0.12345]]).data.splitlines()[2]
+    '| GRU | 0.123 |'
+    """
+    from IPython.display import Markdown
+
+    header = [str(h) for h in header]
+    if not header:
+        raise ValueError("table: header is empty; pass one column name per column")
+
+    def cell(value: Any) -> str:
+        text = f"{value:.{digits}g}" if isinstance(value, float) else str(value)
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for i, row in enumerate(rows):
+        row = list(row)
+        if len(row) != len(header):
+            raise ValueError(
+                f"table: row {i} has {len(row)} cells but the header has {len(header)} columns; "
+                "give every row one cell per column"
+            )
+        lines.append("| " + " | ".join(cell(v) for v in row) + " |")
+    return Markdown("\n".join(lines))
 
 
 def attention_heatmap(

@@ -177,3 +177,23 @@ def test_attention_overlay():
         plot.attention_overlay(image, torch.rand(9), grid_size=(2, 4))
     with pytest.raises(ValueError, match="alpha"):
         plot.attention_overlay(image, torch.rand(3, 3), alpha=2.0)
+
+
+def test_table_renders_rows_and_rejects_ragged_rows():
+    md = plot.table(["model", "loss", "note"], [["GRU", 0.123456, "a|b"], ["MLP", 2, "x"]]).data
+    lines = md.splitlines()
+    assert lines[0] == "| model | loss | note |"
+    assert lines[2] == "| GRU | 0.123 | a\\|b |"
+    assert lines[3] == "| MLP | 2 | x |"
+    with pytest.raises(ValueError, match="row 1 has 2 cells"):
+        plot.table(["a", "b", "c"], [[1, 2, 3], [1, 2]])
+
+
+def test_book_style_sets_svg_and_a_colour_blind_safe_map():
+    import matplotlib as mpl
+
+    with mpl.rc_context():
+        plot.book_style()
+        assert mpl.rcParams["image.cmap"] == "viridis"
+        assert mpl.rcParams["figure.dpi"] >= 150
+        assert mpl.rcParams["figure.constrained_layout.use"]
