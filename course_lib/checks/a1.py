@@ -146,11 +146,22 @@ def check_encoder(encoder_cls: type[nn.Module], *, seed: int = 0) -> None:
             ),
             "the two directions are swapped: c = [forward final state; backward final state]":
                 torch.cat([c_ref[:, H:], c_ref[:, :H]], dim=-1),
+            "c repeats the forward direction: c = [h_n[0]; h_n[1]], forward then backward":
+                torch.cat([c_ref[:, :H], c_ref[:, :H]], dim=-1),
+            "c repeats the backward direction: c = [h_n[0]; h_n[1]], forward then backward":
+                torch.cat([c_ref[:, H:], c_ref[:, H:]], dim=-1),
+            "c is read from h at the last position T-1, which is padding for the shorter "
+            "sources: take h_n, the forward state after each sequence's last real token": torch.cat(
+                [h_ref[:, -1, :H], h_ref[:, 0, H:]], dim=-1
+            ),
         }  # fmt: skip
         check_close(h, h_ref, name="h", mistakes={
             "the GRU reads the padding (the backward direction starts on [PAD] tokens): pack "
             "the batch with pack_padded_sequence(..., enforce_sorted=False)": out_unpacked
-            * keep[:, :, None]})  # fmt: skip
+            * keep[:, :, None],
+            "the GRU reads the padding (h is not zero there and the backward direction starts on "
+            "[PAD] tokens): pack the batch with pack_padded_sequence(..., enforce_sorted=False)":
+            out_unpacked})  # fmt: skip
         check_close(c, c_ref, name="c", mistakes=mistakes)
     passed("Encoder matches the reference (states, final state, padding)")
 
@@ -181,6 +192,8 @@ def check_additive_scores(fn: Callable[..., Tensor], *, seed: int = 0) -> None:
         "the tanh is missing: f_att is an MLP with one tanh hidden layer": _scores(
             s, h, W_s, W_h, b, v, tanh=False),
         "the bias b is missing": _scores(s, h, W_s, W_h, torch.zeros_like(b), v),
+        "the bias b is added outside the tanh: it belongs inside the tanh, with W_s s and W_h h":
+            _scores(s, h, W_s, W_h, torch.zeros_like(b), v) + b @ v,
         "the scores went through a softmax: return the raw scores e, the weights come "
         "later": expected.softmax(dim=-1),
     })  # fmt: skip
@@ -221,7 +234,11 @@ def check_masked_softmax(fn: Callable[[Tensor, Tensor], Tensor], *, seed: int = 
             "a row whose positions are all masked gives NaN (softmax of a row of -inf); return "
             "zeros for it, e.g. .nan_to_num(0.0) or masked_fill(~mask, 0.0) after the softmax"
         )
-    check_close(a, _masked_softmax(e, empty), name="masked_softmax with a fully masked row")
+    check_close(a, _masked_softmax(e, empty), name="masked_softmax with a fully masked row",
+                mistakes={
+        "a fully masked row gets uniform weights over its padding: it must come out as zeros "
+        "(zero the masked positions after the softmax too, masked_fill(~mask, 0.0))":
+            e.masked_fill(~empty, torch.finfo(e.dtype).min).softmax(-1)})  # fmt: skip
     big = e * 1000
     a = _call(fn, big, mask, what="masked_softmax(1000 * e, mask)")
     check_close(
@@ -243,6 +260,9 @@ def check_attention_context(fn: Callable[[Tensor, Tensor], Tensor], *, seed: int
     c = _call(fn, a, h, what="attention_context(a, h)")
     check_close(c, (a[:, :, None] * h).sum(1), name="c", dims=("B", "C"), mistakes={
         "c is the plain average of the states: weight each h_i by a_i": h.mean(1),
+        "c sums the states without the weights: weight each h_i by a_i": h.sum(1),
+        "c is the mean of a_i h_i over the T positions: the weights already sum to 1, so take "
+        "the sum": (a[:, :, None] * h).mean(1),
     })  # fmt: skip
     passed("attention_context is right")
 
@@ -270,15 +290,37 @@ def check_bahdanau_attention(attention_cls: type[nn.Module], *, seed: int = 0) -
     out = _call(att, s, h, mask, what="BahdanauAttention.forward(s_prev, h, mask)")
     if not isinstance(out, tuple) or len(out) != 2:
         raise CheckFailed("BahdanauAttention.forward should return the pair (context, weights)")
-    c_ref, a_ref = ref(s, h, mask=mask)
-    check_close(out[1], a_ref.detach(), name="the attention weights", dims=("B", "T"))
-    check_close(out[0], c_ref.detach(), name="the context", dims=("B", "C"))
+    c_ref, a_ref = (t.detach() for t in ref(s, h, mask=mask))
+    if (
+        all(isinstance(t, Tensor) for t in out)
+        and out[0].shape == a_ref.shape
+        and out[1].shape == c_ref.shape
+    ):
+        raise CheckFailed(
+            "BahdanauAttention.forward returns (weights, context): return (context, weights)"
+        )
+    with torch.no_grad():
+        W_s, W_h = att.query_proj.weight, att.key_proj.weight
+        b, v = att.key_proj.bias, att.score.weight[0]
+        e = _scores(s, h, W_s, W_h, b, v)
+        check_close(out[1], a_ref, name="the attention weights", dims=("B", "T"), mistakes={
+            "the mask is ignored: pass the scores and the mask to masked_softmax(e, mask)":
+                e.softmax(-1),
+            "the bias b = key_proj.bias is missing from the scores":
+                _masked_softmax(_scores(s, h, W_s, W_h, torch.zeros_like(b), v), mask),
+        })  # fmt: skip
+        check_close(out[0], c_ref, name="the context", dims=("B", "C"), mistakes={
+            "the context is computed from the raw scores e: use the weights a = "
+            "masked_softmax(e, mask)": (e[:, :, None] * h).sum(1),
+        })  # fmt: skip
     out[0].sum().backward()
     check_gradients({f"{n}.weight": getattr(att, n).weight for n in ("query_proj", "key_proj")})
     passed("BahdanauAttention matches course_lib.attention.AdditiveAttention")
 
 
-def _manual_step(dec, y, s, h, mask, *, cell_order="ec", out_order="sce", query="prev"):
+def _manual_step(
+    dec, y, s, h, mask, *, cell_order="ec", out_order="sce", query="prev", out_s="new"
+):
     """The reference decoder step with switchable mistakes (defaults: correct)."""
     e = dec.embedding(y)
     att = dec.attention
@@ -293,7 +335,7 @@ def _manual_step(dec, y, s, h, mask, *, cell_order="ec", out_order="sce", query=
     s_new = dec.cell(torch.cat([parts[k] for k in cell_order], -1), s)
     if query == "new":
         c, a = attend(s_new)
-    parts = {"s": s_new, "c": c, "e": e}
+    parts = {"s": s_new if out_s == "new" else s, "c": c, "e": e}
     return dec.out(torch.cat([parts[k] for k in out_order], -1)), s_new, a
 
 
@@ -341,12 +383,16 @@ def check_decoder_step(decoder_cls: type[nn.Module], *, seed: int = 0) -> None:
             mistakes={
                 "the GRU cell's input is [c_t; e] instead of [e; c_t] (embedding first)": (
                     _manual_step(dec, y, s, h, mask, cell_order="ce")[1]
-                )
+                ),
+                "the returned state is the previous state s_{t-1}: return the new state s_t "
+                "of the GRU cell": s,
             },
         )
         check_close(logits, ref_logits, name="the logits", dims=("B", "V"), mistakes={
             "the output layer's input is not [s_t; c_t; e] in this order": _manual_step(
-                dec, y, s, h, mask, out_order="esc")[0]})  # fmt: skip
+                dec, y, s, h, mask, out_order="esc")[0],
+            "the output layer reads the previous state s_{t-1}: use the new state s_t":
+                _manual_step(dec, y, s, h, mask, out_s="prev")[0]})  # fmt: skip
     passed("AttentionDecoder's step matches the reference")
 
 
@@ -376,6 +422,68 @@ def _reference_model(model: nn.Module, sizes: dict) -> nn.Module:
 SIZES = dict(src_vocab_size=13, tgt_vocab_size=9, embed_dim=4, hidden_dim=5, attention_dim=6)
 
 
+def _decode(
+    ref,
+    src,
+    lengths,
+    steps,
+    *,
+    tgt_in=None,
+    init="c",
+    masked=True,
+    carry=True,
+    feed="true",
+    pad_after_eos=True,
+    remember_eos=True,
+):
+    """The reference's teacher-forced forward (``tgt_in`` given) or greedy decoding, with
+    switchable mistakes (the defaults are right). Returns (tokens or logits, weights)."""
+    h, c, mask = ref.encode(src, lengths)
+    if not masked:
+        mask = torch.ones_like(mask)
+    s0 = (
+        ref.decoder.initial_state(c)
+        if init == "c"
+        else torch.zeros_like(ref.decoder.initial_state(c))
+    )
+    s = s0
+    y = torch.full((src.shape[0],), BOS, dtype=torch.long)
+    done = torch.zeros_like(y, dtype=torch.bool)
+    outs, weights = [], []
+    for t in range(steps):
+        if tgt_in is not None:
+            y = tgt_in[:, t] if feed == "true" else tgt_in[:, max(t - 1, 0)]
+        elif feed == "bos":
+            y = torch.full_like(y, BOS)
+        logits, s_new, a = ref.decoder.step(y, s, h, mask, c)
+        s = s_new if carry else s0
+        weights.append(a)
+        if tgt_in is not None:
+            outs.append(logits)
+            continue
+        y = logits.argmax(-1)
+        if pad_after_eos:
+            y = y.masked_fill(done, PAD)
+        outs.append(y)
+        done = (done | (y == EOS)) if remember_eos else (y == EOS)
+        if done.all():
+            break
+    return torch.stack(outs, dim=1), torch.stack(weights, dim=1)
+
+
+def _teacher_mistakes(ref, src, lengths, tgt_in, which: int) -> dict[str, Tensor]:
+    run = lambda **kw: _decode(ref, src, lengths, tgt_in.shape[1], tgt_in=tgt_in, **kw)[which]  # noqa: E731
+    return {
+        "the decoder starts from zeros: start from s_0 = decoder.initial_state(c)": run(init="0"),
+        "the padding mask is not used: pass mask = source_mask(src_lengths, T) to the decoder":
+            run(masked=False),
+        "the decoder's state is not carried from step to step: feed the new state s_t back":
+            run(carry=False),
+        "the decoder's input at step t is not tgt_in[:, t] (tgt_in already starts with [BOS] "
+        "and is shifted: feed tgt_in[:, t] at step t)": run(feed="previous"),
+    }  # fmt: skip
+
+
 def check_seq2seq(model_cls: type[nn.Module], *, seed: int = 0) -> None:
     """``Seq2Seq(...)(src, src_lengths, tgt_in)`` -> (logits (B, T_out, V), a (B, T_out, T))."""
     torch.manual_seed(seed)
@@ -393,8 +501,11 @@ def check_seq2seq(model_cls: type[nn.Module], *, seed: int = 0) -> None:
         ref_logits, ref_weights = ref(src, tgt_in, src_lengths=lengths, return_attention=True)
     check_shape(logits, (3, 4, SIZES["tgt_vocab_size"]), name="logits", dims=("B", "T_out", "V"))
     check_shape(weights, (3, 4, 7), name="weights", dims=("B", "T_out", "T"))
-    check_close(weights, ref_weights, name="the attention weights")
-    check_close(logits, ref_logits, name="the logits")
+    with torch.no_grad():
+        check_close(weights, ref_weights, name="the attention weights",
+                    mistakes=_teacher_mistakes(ref, src, lengths, tgt_in, 1))  # fmt: skip
+        check_close(logits, ref_logits, name="the logits",
+                    mistakes=_teacher_mistakes(ref, src, lengths, tgt_in, 0))  # fmt: skip
     passed("Seq2Seq's teacher-forced forward matches the reference")
 
 
@@ -415,37 +526,78 @@ def check_sequence_loss(fn: Callable[..., Tensor], *, seed: int = 0) -> None:
         "each sequence is averaged first, then the sequences: average over all real tokens "
         "at once": (flat * real).sum(1).div(real.sum(1)).mean(),
     })  # fmt: skip
+    pad_id = 3  # another vocabulary's [PAD]
+    tgt = tgt.masked_fill(~real, pad_id).masked_fill(real & (tgt == pad_id), 4)
+    loss = _call(fn, logits, tgt, pad_id, what="sequence_loss(logits, tgt_out, pad_id=3)")
+    flat = F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), reduction="none").view(3, 5)
+    check_close(loss, flat[real].mean(), name="the loss with pad_id=3", mistakes={
+        "the padding id is hard-coded: ignore pad_id (ignore_index=pad_id), not 0":
+            F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), ignore_index=0),
+        "the padding positions are counted: ignore them (ignore_index=pad_id)": flat.mean(),
+    })  # fmt: skip
     passed("sequence_loss is right")
+
+
+def varied_eos(ref: nn.Module, src: Tensor, lengths: Tensor, max_len: int) -> bool:
+    """Tune the reference's output biases (in place) so that greedy decoding is informative: the
+    model never predicts [PAD] or [BOS], one sequence emits [EOS] at least two steps before the
+    output's last step (so [PAD]s follow it) and another runs at least three steps. Tries [EOS]
+    biases in a fixed order; returns False (biases restored) when none works."""
+    bias = ref.decoder.out.bias
+    with torch.no_grad():
+        bias[PAD] = bias[BOS] = -1e4
+        base = bias[EOS].item()
+        for k in range(80):
+            bias[EOS] = base + 0.1 * ((k + 1) // 2) * (1 if k % 2 else -1)
+            tokens = ref.greedy_decode(src, src_lengths=lengths, max_len=max_len)
+            T = tokens.shape[1]
+            ends = torch.where((tokens == EOS).any(1), (tokens == EOS).long().argmax(1), T)
+            if T >= 3 and (ends <= T - 3).any() and (ends >= 2).any():
+                return True
+        bias[EOS] = base
+    return False
 
 
 def check_greedy_decode(fn: Callable[..., Any], model_cls: type[nn.Module], *, seed: int = 0):
     """``greedy_decode(model, src, src_lengths, max_len)`` -> (tokens (B, <= max_len),
     weights (B, T_out, T)), as ``course_lib.models.seq2seq.Seq2Seq.greedy_decode``."""
-    torch.manual_seed(seed)
-    model = _student_model(model_cls, **SIZES).double().eval()
-    ref = _reference_model(model, SIZES).double().eval()
-    with torch.no_grad():  # make [EOS] likely, so that sequences end at different steps
-        bias = ref.decoder.out.bias
-        bias[EOS] += 1.5
-        model.decoder.out.bias.copy_(bias)
     g = torch.Generator().manual_seed(seed)
     src, lengths = _padded_batch(g, [7, 3, 5, 6, 2, 4], SIZES["src_vocab_size"])
+    for attempt in range(20):  # a model whose sequences end at different steps
+        torch.manual_seed(seed + attempt)
+        model = _student_model(model_cls, **SIZES).double().eval()
+        ref = _reference_model(model, SIZES).double().eval()
+        if varied_eos(ref, src, lengths, 8):
+            break
     with torch.no_grad():
+        model.decoder.out.bias.copy_(ref.decoder.out.bias)
         out = _call(fn, model, src, lengths, 8, what="greedy_decode(model, src, src_lengths, 8)")
         ref_tokens, ref_weights = ref.greedy_decode(
             src, src_lengths=lengths, max_len=8, return_attention=True
         )
+        run = lambda **kw: _decode(ref, src, lengths, 8, **kw)[0]  # noqa: E731
+        mistakes = {
+            "after a sequence's [EOS] every further token must be [PAD] (0)": run(
+                pad_after_eos=False),
+            "a finished sequence emits [PAD] only once: remember which sequences have produced "
+            "[EOS] (done |= y == eos_id) and keep emitting [PAD] for them": run(
+                remember_eos=False),
+            "[BOS] is fed at every step: feed back the arg-max token of the previous step":
+                run(feed="bos"),
+            "the decoder starts from zeros: start from s_0 = decoder.initial_state(c)":
+                run(init="0"),
+        }  # fmt: skip
     if not isinstance(out, tuple) or len(out) != 2:
         raise CheckFailed("greedy_decode should return (tokens, weights)")
     tokens, weights = out
     if isinstance(tokens, Tensor) and tokens.dim() == 2 and (tokens[:, 0] == BOS).all():
         raise CheckFailed("the tokens start with [BOS]: return only the generated tokens")
-    if isinstance(tokens, Tensor) and tokens.shape == ref_tokens.shape:
-        after = ((ref_tokens == EOS).cumsum(1) - (ref_tokens == EOS).long()) > 0
-        if not torch.equal(tokens[after], ref_tokens[after]) and torch.equal(
-            tokens[~after], ref_tokens[~after]
-        ):
-            raise CheckFailed("after a sequence's [EOS] every further token must be [PAD] (0)")
+    if isinstance(tokens, Tensor) and not (
+        tokens.shape == ref_tokens.shape and torch.equal(tokens.long(), ref_tokens)
+    ):
+        for description, wrong in mistakes.items():
+            if tokens.shape == wrong.shape and torch.equal(tokens.long(), wrong):
+                raise CheckFailed(f"the tokens are wrong: {description}")
     if isinstance(tokens, Tensor) and tokens.dim() == 2 and tokens.shape[1] > ref_tokens.shape[1]:
         raise CheckFailed(
             f"greedy_decode ran {tokens.shape[1]} steps where {ref_tokens.shape[1]} suffice: stop "
@@ -458,6 +610,15 @@ def check_greedy_decode(fn: Callable[..., Any], model_cls: type[nn.Module], *, s
             f"{ref_tokens.tolist()}\n(feed back the arg-max token, starting from [BOS])"
         )
     check_close(weights, ref_weights, name="the attention weights of greedy_decode")
+    with torch.no_grad():  # now every sequence emits [EOS] at once
+        model.decoder.out.bias[EOS] = 1e4
+        tokens, _ = _call(fn, model, src, lengths, 8, what="greedy_decode with [EOS] first")
+    if tuple(tokens.shape) != (src.shape[0], 1):
+        raise CheckFailed(
+            f"when every sequence emits [EOS] at the first step, greedy_decode should stop "
+            f"there and return (B, 1) tokens; it ran {tokens.shape[1]} steps: stop as soon as "
+            "every sequence has produced [EOS]"
+        )
     passed("greedy_decode matches the reference (arg-max feedback, [EOS], [PAD] after it)")
 
 

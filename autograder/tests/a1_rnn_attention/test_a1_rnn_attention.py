@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from course_lib.attention import AdditiveAttention, masked_softmax
 from course_lib.checks import check_close
-from course_lib.checks.a1 import reference_encoder_state, student_encoder_state
+from course_lib.checks.a1 import reference_encoder_state, student_encoder_state, varied_eos
 from course_lib.checks.core import check_not_constant
 from course_lib.models.seq2seq import Decoder, Encoder, Seq2Seq, Seq2SeqConfig
 
@@ -314,17 +314,18 @@ def test_seq2seq_gradients(student, rng):
 
 
 def loss_inputs(rng, pad_id):
-    B, T, V = draw(rng, 2, 5), draw(rng, 2, 7), draw(rng, 4, 9)
+    B, T, V = draw(rng, 2, 5), draw(rng, 3, 7), draw(rng, 4, 9)
     logits = torch.randn(B, T, V, generator=rng)
     tgt = torch.randint(0, V, (B, T), generator=rng)
     tgt[tgt == pad_id] = (pad_id + 1) % V
     lengths = torch.randint(1, T + 1, (B,), generator=rng)
+    lengths[0], lengths[1] = T, draw(rng, 1, T - 1)  # one full target, one padded
     return logits, tgt.masked_fill(~keep_mask(lengths, T), pad_id)
 
 
 @pytest.mark.points(1, cell="check_sequence_loss")
 def test_sequence_loss_values(student, rng):
-    pad_id = draw(rng, 0, 3)
+    pad_id = draw(rng, 1, 3)  # not 0: the other test uses 0
     logits, tgt = loss_inputs(rng, pad_id)
     expected = F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), ignore_index=pad_id)
     check_close(student.sequence_loss(logits, tgt, pad_id), expected, name="the loss")
@@ -365,10 +366,15 @@ def set_eos_bias(ref, mine, value: float) -> None:
 
 @pytest.mark.points(2, cell="check_greedy_decode")
 def test_greedy_decode_matches_reference(student, rng):
-    ref, mine, sizes = model_pair(student, rng, dtype=torch.float64)
-    set_eos_bias(ref, mine, 1.0 + torch.rand(1, generator=rng).item())
-    src, lengths = padded(rng, draw(rng, 4, 8), draw(rng, 3, 9), sizes["src_vocab_size"])
-    max_len = draw(rng, 4, 9)
+    for _ in range(50):  # sequences that end at different steps, [PAD]s after an early [EOS]
+        ref, mine, sizes = model_pair(student, rng, dtype=torch.float64)
+        src, lengths = padded(rng, draw(rng, 4, 8), draw(rng, 3, 9), sizes["src_vocab_size"])
+        max_len = draw(rng, 5, 9)
+        if varied_eos(ref, src, lengths, max_len):
+            break
+    else:
+        raise AssertionError("no informative model drawn (a bug of this test)")
+    set_eos_bias(ref, mine, 0.0)
     out = student.greedy_decode(mine, src, lengths, max_len)
     assert isinstance(out, tuple) and len(out) == 2, "greedy_decode should return (tokens, weights)"
     tokens, weights = out
