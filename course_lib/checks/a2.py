@@ -47,11 +47,11 @@ def _pair(out: Any, what: str) -> tuple[Any, Any]:
     return out
 
 
-def _attention(q, k, v, mask=None, scale=None):
+def _attention(q, k, v, mask=None, scale=None, dim=-1):
     scores = q @ k.transpose(-2, -1) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(dim=-1).nan_to_num(0.0)
+    weights = scores.softmax(dim=dim).nan_to_num(0.0)
     return weights @ v, weights
 
 
@@ -73,6 +73,7 @@ def check_dot_product_attention(fn: Callable[[Tensor, Tensor], Any], *, seed: in
     })  # fmt: skip
     check_close(y, e.softmax(0) @ X, name="the output y", dims=("D",), mistakes={
         "y is the plain average of the inputs: weight each x_i by a_i": X.mean(0),
+        "y sums the inputs without the weights: weight each x_i by a_i": X.sum(0),
     })  # fmt: skip
     passed("dot_product_attention is right")
 
@@ -120,10 +121,20 @@ def check_attention_layer(layer_cls: type[nn.Module], *, seed: int = 0) -> None:
     for m in (None, mask):
         y, w = _pair(_call(layer, q, x, m, what="AttentionLayer.forward(q, x, mask)"), "forward")
         want_y, want_w = ref(q, x, m, return_weights=True)
+        if isinstance(y, Tensor) and y.dim() == 3 and y.shape[-1] in (4, 6):
+            raise CheckFailed(
+                f"y has {y.shape[-1]} channels, expected D_V = 3: the values must be V = X W_V, "
+                f"i.e. self.v_proj(x) (not x itself or self.k_proj(x))"
+            )
         check_shape(y, (2, 3, 3), name="y", dims=("B", "N_Q", "D_V"))
-        check_close(w, want_w.detach(), name="the weights", mistakes={
-            "the scores are not divided by sqrt(D_Q)": _attention(
-                q, layer.k_proj(x), layer.v_proj(x), m, scale=1.0)[1].detach()})  # fmt: skip
+        k, v = layer.k_proj(x).detach(), layer.v_proj(x).detach()
+        mistakes = {"the scores are not divided by sqrt(D_Q)": _attention(q, k, v, m, scale=1.0)[1]}
+        if m is not None:
+            mistakes["the mask is ignored: pass it on to scaled_dot_product_attention"] = (
+                _attention(q, k, v)[1]
+            )
+            mistakes["the mask is inverted: True means 'may attend'"] = _attention(q, k, v, ~m)[1]
+        check_close(w, want_w.detach(), name="the weights", mistakes=mistakes)
         check_close(y, want_y.detach(), name="y")
     y.sum().backward()
     check_gradients({"k_proj.weight": layer.k_proj.weight, "v_proj.weight": layer.v_proj.weight})
@@ -143,9 +154,16 @@ def check_self_attention(attention_cls: type[nn.Module], *, seed: int = 0) -> No
     y, w = _pair(_call(att, x, what="SelfAttention.forward(x)"), "SelfAttention.forward")
     want_y, want_w = ref(x, return_weights=True)
     check_shape(w, (2, 7, 7), name="the weights", dims=("B", "T", "T"))
+    q, k, v = (p(x).detach() for p in (att.q_proj, att.k_proj, att.v_proj))
     check_close(w, want_w.detach(), name="the weights", mistakes={
-        "the keys are used as queries: Q = X W_Q": _attention(
-            att.k_proj(x), att.k_proj(x), att.v_proj(x))[1].detach()})  # fmt: skip
+        "the keys are used as queries: Q = X W_Q": _attention(k, k, v)[1],
+        "the scores are not divided by sqrt(D) = sqrt(query_dim)": _attention(
+            q, k, v, scale=1.0)[1],
+        "the scores are divided by D = 4 instead of sqrt(D) = 2": _attention(
+            q, k, v, scale=1 / 4)[1],
+        "the softmax runs over the query axis: use dim=-1 so each query's weights over the "
+        "keys sum to 1": _attention(q, k, v, dim=-2)[1],
+    })  # fmt: skip
     check_close(y, want_y.detach(), name="y", dims=("B", "T", "D_V"))
     y.sum().backward()
     check_gradients({f"{n}.weight": getattr(att, n).weight for n in ("q_proj", "k_proj", "v_proj")})
@@ -175,6 +193,11 @@ def check_masks(
         raise CheckFailed(f"padding_mask should be boolean (True = real token), got {pad.dtype}")
     if torch.equal(pad, ~expected):
         raise CheckFailed("padding_mask is inverted: True marks the real tokens (keep-mask)")
+    if torch.equal(pad, torch.arange(5)[None, :] <= lengths[:, None]):
+        raise CheckFailed(
+            "padding_mask is off by one: it keeps lengths[b] + 1 positions. Positions "
+            "0 .. lengths[b] - 1 are real: use arange(T) < lengths[:, None]"
+        )
     if not torch.equal(pad, expected):
         raise CheckFailed(
             f"padding_mask([3, 5, 1], 5) should be\n{expected.int()}\ngot\n{pad.int()}"
@@ -221,6 +244,39 @@ def check_heads(split_fn: Callable[..., Tensor], merge_fn: Callable[[Tensor], Te
     passed("split_heads and merge_heads are right")
 
 
+def _mha(
+    m: nn.Module, H: int, query, key, value, mask=None, *, out=True, scale=None, split="heads"
+):
+    """Multi-head attention from ``m``'s projections, with switchable mistakes."""
+
+    def heads(t: Tensor) -> Tensor:
+        B, T, C = t.shape
+        if split == "reshape":
+            return t.reshape(B, H, T, C // H)
+        return t.view(B, T, H, C // H).transpose(1, 2)
+
+    q, k, v = heads(m.q_proj(query)), heads(m.k_proj(key)), heads(m.v_proj(value))
+    y, w = _attention(q, k, v, mask, scale=scale)
+    y = y.transpose(1, 2).reshape(query.shape)
+    return (m.out_proj(y) if out else y), w
+
+
+def _mha_mistakes(m: nn.Module, H: int, x: Tensor, mask=None) -> tuple[dict, dict]:
+    """(mistakes for the weights, mistakes for the output) of multi-head self-attention."""
+    C = x.shape[-1]
+    cases = {
+        "the output projection is missing: Y = [head_1 ... head_H] W_O, i.e. "
+        "self.out_proj(merge_heads(y))": dict(out=False),
+        f"the scores are divided by sqrt(C) = sqrt({C}), the model width: each head divides by "
+        f"sqrt(D), its own head dim D = C / H = {C // H}": dict(scale=1 / math.sqrt(C)),
+        "the heads are split with a plain reshape to (B, H, T, D), which mixes tokens into "
+        "heads: view as (B, T, H, D), then transpose(1, 2) (use split_heads)": dict(
+            split="reshape"),
+    }  # fmt: skip
+    runs = {text: _mha(m, H, x, x, x, mask, **kw) for text, kw in cases.items()}
+    return {t: r[1] for t, r in runs.items()}, {t: r[0] for t, r in runs.items()}
+
+
 def check_multihead_attention(mha_cls: type[nn.Module], *, seed: int = 0) -> None:
     """``MultiHeadAttention(embed_dim, num_heads)(query, key, value, mask)`` equals
     ``nn.MultiheadAttention(batch_first=True)`` with the same weights."""
@@ -235,11 +291,16 @@ def check_multihead_attention(mha_cls: type[nn.Module], *, seed: int = 0) -> Non
     with torch.no_grad():
         y, w = _pair(_call(mine, x, what="MultiHeadAttention(x)"), "MultiHeadAttention")
         want_y, want_w = ref(x, x, x, average_attn_weights=False)
+        if isinstance(w, Tensor) and w.dim() == 3 and close(w, want_w.mean(1)):
+            raise CheckFailed(
+                "the weights are averaged over heads: return them per head (B, H, T_q, T_k)"
+            )
         check_shape(w, (2, H, 5, 5), name="the weights", dims=("B", "H", "T_q", "T_k"))
+        w_mistakes, y_mistakes = _mha_mistakes(mine, H, x)
         check_close(w, want_w, name="the per-head weights", mistakes={
             "the weights are averaged over heads: return them per head (B, H, T_q, T_k)":
-                want_w.mean(1, keepdim=True).expand_as(want_w)})  # fmt: skip
-        check_close(y, want_y, name="the output (self-attention)")
+                want_w.mean(1, keepdim=True).expand_as(want_w), **w_mistakes})  # fmt: skip
+        check_close(y, want_y, name="the output (self-attention)", mistakes=y_mistakes)
         y, _ = _pair(_call(mine, x, mem, mem, what="MultiHeadAttention(x, memory, memory)"), "")
         check_close(y, ref(x, mem, mem)[0], name="the output with keys and values from memory",
                     mistakes={"the keys/values ignore the key and value arguments":
@@ -252,7 +313,9 @@ def check_multihead_attention(mha_cls: type[nn.Module], *, seed: int = 0) -> Non
             name="the output with a causal mask",
             mistakes={
                 "the mask is inverted (ours: True = may attend; PyTorch's "
-                "attn_mask: True = may NOT attend)": ref(x, x, x, attn_mask=keep)[0]
+                "attn_mask: True = may NOT attend)": ref(x, x, x, attn_mask=keep)[0],
+                "the mask is inverted: ours is a keep-mask (True = may attend), pass it on as "
+                "it is": _mha(mine, H, x, x, x, ~keep)[0],
             },
         )
     passed("MultiHeadAttention matches nn.MultiheadAttention")  # fmt: skip
@@ -275,14 +338,27 @@ def check_positional_encoding(fn: Callable[[int, int], Tensor]) -> None:
     omega = 10000.0 ** (-torch.arange(0, 8, 2) / 8)
     half = torch.cat([torch.sin(t * omega), torch.cos(t * omega)], dim=1)
     swapped = torch.stack([torch.cos(t * omega), torch.sin(t * omega)], dim=2).view(10, 8)
-    wrong_k = torch.stack(
-        [torch.sin(t * 10000.0 ** (-torch.arange(4) / 8)),
-         torch.cos(t * 10000.0 ** (-torch.arange(4) / 8))], dim=2).view(10, 8)  # fmt: skip
+
+    def table(t: Tensor, omega: Tensor) -> Tensor:
+        return torch.stack([torch.sin(t * omega), torch.cos(t * omega)], dim=2).view(len(t), -1)
+
+    wrong_k = table(t, 10000.0 ** (-torch.arange(4) / 8))
+    others = {
+        "the positions start at 1: the first row is position 0 (sin 0 = 0, cos 0 = 1), the "
+        "last T - 1": table(t + 1, omega),
+        "the frequencies grow with k: omega_k = 1 / 10000^(2k / d), a negative exponent":
+            table(t, 10000.0 ** (torch.arange(0, 8, 2) / 8)),
+    }  # fmt: skip
+    for base in (1000.0, 100.0, 100000.0, 10.0):
+        others[f"the base is {base:g}, not 10000: omega_k = 1 / 10000^(2k / d)"] = table(
+            t, base ** (-torch.arange(0, 8, 2) / 8)
+        )
     check_close(pe, want, name="PE (10, 8)", atol=1e-5, dims=("T", "d"), mistakes={
         "the sines fill the first half and the cosines the second: interleave them (even "
         "columns sin, odd columns cos)": half,
         "sine and cosine are swapped: even columns get the sine": swapped,
         "the frequency uses k instead of 2k: omega_k = 1 / 10000^(2k / d)": wrong_k,
+        **others,
     })  # fmt: skip
     check_close(_call(fn, 300, 64, what="PE(300, 64)"), reference(300, 64), name="PE (300, 64)",
                 atol=1e-4)  # fmt: skip
@@ -291,6 +367,8 @@ def check_positional_encoding(fn: Callable[[int, int], Tensor]) -> None:
 
 def check_fit_power_law(fn: Callable[..., Any]) -> None:
     """``fit_power_law(n, y)`` -> (p, c) with y ~ c n^p (least squares on logs)."""
+    import numpy as np
+
     n = [16.0, 32.0, 64.0, 128.0]
     out = _call(fn, n, [3.0 * x**1.5 for x in n], what="fit_power_law(n, 3 n^1.5)")
     if not isinstance(out, tuple) or len(out) != 2:
@@ -298,14 +376,22 @@ def check_fit_power_law(fn: Callable[..., Any]) -> None:
     p, c = (float(v) for v in out)
     if abs(p - 1.5) > 1e-6 or abs(c - 3.0) > 1e-5:
         hint = " (did you return log c instead of c?)" if abs(c - math.log(3.0)) < 1e-5 else ""
+        semi = np.polyfit(np.log(n), [3.0 * x**1.5 for x in n], 1)
+        if abs(p - semi[0]) < 1e-6 * max(1.0, abs(semi[0])):
+            hint = " (y is not logged: fit log y = p log n + log c)"
         raise CheckFailed(f"fit_power_law(n, 3 n^1.5) gave p = {p:.6g}, c = {c:.6g}; "
                           f"expected p = 1.5, c = 3{hint}")  # fmt: skip
     noisy = [2.0 * x**2 * f for x, f in zip(n, (1.1, 0.9, 1.05, 0.95))]
     p, c = (float(v) for v in _call(fn, n, noisy, what="fit_power_law(n, noisy)"))
-    import numpy as np
 
     want_p, want_logc = np.polyfit(np.log(n), np.log(noisy), 1)
-    if abs(p - want_p) > 1e-6 or abs(math.log(c) - want_logc) > 1e-6:
+    inv_p, b = np.polyfit(np.log(noisy), np.log(n), 1)
+    if abs(p - 1 / inv_p) < 1e-6:
+        raise CheckFailed(
+            "on noisy data the fit regresses log n on log y: fit log y on log n (y is the "
+            "response, p the slope of log y against log n)"
+        )
+    if abs(p - want_p) > 1e-6 or c <= 0 or abs(math.log(c) - want_logc) > 1e-6:
         raise CheckFailed(
             f"on noisy data fit_power_law gave p = {p:.6g}, c = {c:.6g}; the least-squares line "
             f"through (log n, log y) has p = {want_p:.6g}, c = {math.exp(want_logc):.6g}"

@@ -38,6 +38,8 @@ def _attention(
     """Attention with switchable mistakes; the defaults are the correct computation."""
     d = q.shape[-1]
     scores = q @ k.transpose(-2, -1) * (1 / math.sqrt(d) if scale is None else scale)
+    if mask is not None and mask_mode == "unzeroed":  # the finite fill, without zeroing after
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     if mask is not None and mask_mode == "before":
         scores = scores.masked_fill(~mask, float("-inf"))
     if mask is not None and mask_mode == "inverted":
@@ -71,12 +73,22 @@ def attention_mistakes(
         "the softmax runs over the query axis: use dim=-1 so each query's weights over the keys "
         "sum to 1": _attention(q, k, v, mask, softmax_dim=-2)[0],
     }
+    if k.shape[-2] != d:
+        n = k.shape[-2]
+        out[f"the scores are divided by sqrt({n}), the number of keys: divide by sqrt(D) = "
+            f"sqrt(q.shape[-1]) = {math.sqrt(d):.3g}"] = _attention(
+            q, k, v, mask, scale=1 / math.sqrt(n)
+        )[0]  # fmt: skip
     if mask is not None:
         out["the mask is applied after the softmax, so the kept weights no longer sum to 1: fill "
             "the masked scores with -inf before the softmax"] = _attention(
             q, k, v, mask, mask_mode="after"
         )[0]  # fmt: skip
         out["the mask is ignored"] = _attention(q, k, v, None)[0]
+        out["a query whose keys are all masked (a fully masked row) gets uniform weights: set "
+            "its weights to 0 after the softmax (masked_fill(~mask, 0.0))"] = _attention(
+            q, k, v, mask, mask_mode="unzeroed"
+        )[0]  # fmt: skip
         out["the mask is inverted: True means 'may attend' (a keep-mask), so fill where "
             "~mask"] = _attention(q, k, v, mask, mask_mode="inverted")[0]  # fmt: skip
     return out

@@ -72,7 +72,8 @@ def test_dot_product_gradients(student, rng):
 
 def qkv(rng, batch, min_queries=1):
     N_Q, N_X = draw(rng, min_queries, 6), draw(rng, 2, 7)
-    D, D_V = draw(rng, 2, 10), draw(rng, 1, 6)
+    D, D_V = draw(rng, 2, 9), draw(rng, 1, 6)
+    D += D >= N_X  # D != N_X: scaling by the number of keys must show
     q = torch.randn(*batch, N_Q, D, generator=rng)
     k = torch.randn(*batch, N_X, D, generator=rng)
     v = torch.randn(*batch, N_X, D_V, generator=rng)
@@ -137,7 +138,8 @@ def test_sdpa_fully_masked_rows(student, rng):
 
 
 def layer_pair(student, rng):
-    D_Q, D_X, D_V = draw(rng, 2, 8), draw(rng, 2, 8), draw(rng, 2, 8)
+    D_Q, D_X = draw(rng, 2, 8), draw(rng, 2, 8)
+    D_V = next(d for d in range(draw(rng, 2, 8), 20) if d not in (D_Q, D_X))  # values projected
     ref = AttentionLayer(query_dim=D_Q, input_dim=D_X, value_dim=D_V)
     mine = student.AttentionLayer(query_dim=D_Q, input_dim=D_X, value_dim=D_V)
     mine.load_state_dict(ref.state_dict())
@@ -150,6 +152,8 @@ def layer_pair(student, rng):
 def test_attention_layer_values(student, rng):
     ref, mine, q, x = layer_pair(student, rng)
     mask = torch.rand(q.shape[0], q.shape[1], x.shape[1], generator=rng) > 0.3
+    mask[..., 0] = True  # every query sees a key ...
+    mask[0, 0, -1] = False  # ... and the mask matters
     for m in (None, mask):
         y, w = pair(mine(q, x, m), "AttentionLayer.forward")
         with torch.no_grad():
@@ -206,7 +210,7 @@ def test_self_attention_gradients(student, rng):
 
 @pytest.mark.points(1, cell="check_masks")
 def test_causal_mask(student, rng):
-    T = draw(rng, 1, 12)
+    T = draw(rng, 2, 12)
     mask = student.causal_mask(T)
     assert isinstance(mask, torch.Tensor) and mask.dtype == torch.bool, "causal_mask must be bool"
     expected = torch.ones(T, T, dtype=torch.bool).tril()
@@ -219,6 +223,7 @@ def test_causal_mask(student, rng):
 def test_padding_mask(student, rng):
     B, T = draw(rng, 1, 5), draw(rng, 1, 10)
     lengths = torch.randint(0, T + 1, (B,), generator=rng)
+    lengths[0] = draw(rng, 0, T - 1)  # one padded row
     mask = student.padding_mask(lengths, T)
     assert isinstance(mask, torch.Tensor) and mask.dtype == torch.bool, "padding_mask must be bool"
     expected = torch.arange(T)[None, :] < lengths[:, None]
@@ -258,7 +263,7 @@ def test_causal_self_attention_ignores_the_future(student, rng):
 
 @pytest.mark.points(1, cell="check_heads")
 def test_split_heads(student, rng):
-    H, D = draw(rng, 2, 4), draw(rng, 1, 5)
+    H, D = draw(rng, 2, 4), draw(rng, 2, 5)
     x = torch.randn(draw(rng, 1, 3), draw(rng, 2, 6), H * D, generator=rng)
     expected = x.view(*x.shape[:2], H, D).transpose(1, 2)
     check_close(student.split_heads(x, H), expected, name=f"split_heads(x, {H})")
@@ -284,7 +289,7 @@ def torch_state(mha: nn.MultiheadAttention) -> dict[str, torch.Tensor]:
 
 def mha_pair(student, rng):
     H = draw(rng, 2, 4)
-    C = H * draw(rng, 1, 4)
+    C = H * draw(rng, 2, 4)  # head dim D >= 2: sqrt(D) != D, heads are more than one channel
     ref = nn.MultiheadAttention(C, H, batch_first=True).eval()
     with torch.no_grad():  # torch initialises the biases to zero: make them matter
         ref.in_proj_bias.normal_(generator=rng)
@@ -306,7 +311,7 @@ def test_mha_self_attention(student, rng):
 @pytest.mark.points(1, cell="check_multihead_attention")
 def test_mha_cross_attention(student, rng):
     ref, mine, x, _ = mha_pair(student, rng)
-    T_k = draw(rng, 1, 8)
+    T_k = draw(rng, 2, 8)  # more than one key: the scaling matters
     key = torch.randn(x.shape[0], T_k, x.shape[2], generator=rng)
     value = torch.randn(x.shape[0], T_k, x.shape[2], generator=rng)
     y, w = pair(mine(x, key, value), "MultiHeadAttention.forward")
@@ -355,7 +360,7 @@ def test_mha_weights_per_head(student, rng):
 
 @pytest.mark.points(1, cell="check_positional_encoding")
 def test_positional_encoding_small(student, rng):
-    T, d = draw(rng, 1, 30), 2 * draw(rng, 1, 8)
+    T, d = draw(rng, 1, 30), 2 * draw(rng, 2, 8)  # d >= 4: two frequencies
     pe = student.sinusoidal_positional_encoding(T, d)
     assert isinstance(pe, torch.Tensor) and pe.dtype == torch.float32, "the table must be float32"
     check_close(pe, sinusoidal_positional_encoding(T, d), name=f"PE({T}, {d})", atol=1e-5)
