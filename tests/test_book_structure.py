@@ -1,8 +1,13 @@
-"""The book's sources, checked without building it: every chapter is in the table of contents,
-has learning objectives, exercises that point to an assignment and a references section, cites
-only keys that exist, keeps training output quiet, and never defines a second copy of a function
-or class that course_lib provides (the book shows the library's code, it does not re-implement
-it).
+"""The book's sources, checked without building it.
+
+Layout (book.md): each chapter ``book/chapters/NN_slug.md`` is a short landing page (title,
+motivation, learning objectives, a list of its sections); its sections are pages in
+``book/chapters/NN_slug/MM_topic.md``, listed in ``_toc.yml`` under the chapter's ``sections:``.
+Every page is in the table of contents, titles carry no manual numbers (Jupyter Book numbers
+them), citations use ``{cite:p}``/``{cite:t}`` with keys that exist (one bibliography, on the
+References page), each chapter has exercises pointing to its assignment, training output is quiet,
+and no page defines a second copy of a function or class that course_lib provides (the book shows
+the library's code, it does not re-implement it).
 """
 
 from __future__ import annotations
@@ -16,7 +21,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 BOOK = REPO / "book"
+#: Chapter landing pages (00 preface ... 06 appendix).
 CHAPTERS = sorted((BOOK / "chapters").glob("[0-9][0-9]_*.md"))
+#: Every Markdown page of the book: the landing pages and their section pages.
+PAGES = sorted(
+    [BOOK / "intro.md", BOOK / "references.md", *(BOOK / "chapters").rglob("[0-9][0-9]_*.md")]
+)
 
 #: The assignment each chapter's exercises lead into (chapter number -> assignment folder).
 ASSIGNMENTS = {
@@ -28,6 +38,20 @@ ASSIGNMENTS = {
 }
 #: The chapters the issue asks for, by number.
 EXPECTED = {0, 1, 2, 3, 4, 5, 6}
+
+
+def _rel(page: Path) -> str:
+    return page.relative_to(BOOK).as_posix()
+
+
+def _sections(chapter: Path) -> list[Path]:
+    folder = chapter.with_suffix("")
+    return sorted(folder.glob("[0-9][0-9]_*.md")) if folder.is_dir() else []
+
+
+def _chapter_text(chapter: Path) -> str:
+    """The landing page and its section pages, in order."""
+    return "\n".join(p.read_text(encoding="utf-8") for p in [chapter, *_sections(chapter)])
 
 
 def _toc_files() -> list[str]:
@@ -73,10 +97,34 @@ def test_every_chapter_is_in_the_toc_and_every_toc_entry_exists():
         assert (BOOK / f"{entry}.md").exists() or (BOOK / f"{entry}.ipynb").exists(), (
             f"_toc.yml lists {entry!r}, which does not exist"
         )
-    for chapter in CHAPTERS:
-        entry = chapter.relative_to(BOOK).with_suffix("").as_posix()
+    for page in PAGES:
+        entry = page.relative_to(BOOK).with_suffix("").as_posix()
         assert entry in toc, f"{entry} is not in book/_toc.yml"
     assert "references" in toc
+    for chapter in CHAPTERS:  # sections listed in their file order, right after their chapter
+        entries = [p.relative_to(BOOK).with_suffix("").as_posix() for p in _sections(chapter)]
+        if entries:
+            start = toc.index(chapter.relative_to(BOOK).with_suffix("").as_posix()) + 1
+            assert toc[start : start + len(entries)] == entries, (
+                f"{chapter.stem}: _toc.yml should list its sections in order under `sections:`"
+            )
+
+
+def test_chapters_part_is_numbered_and_titles_carry_no_numbers():
+    toc = (BOOK / "_toc.yml").read_text(encoding="utf-8")
+    assert re.search(r"caption: Chapters\n\s+numbered: true", toc), "number the Chapters part"
+    numbered = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        prose = re.sub(r"^```.*?^```\s*$", "", text, flags=re.S | re.M)
+        for title in re.findall(r"^#{1,3}\s+(.*)$", prose, re.M):
+            if re.match(r"(Chapter\s+)?\d+(\.\d+)*[.:]?\s", title) or re.match(
+                r"Appendix\s+[A-Z\d]\b", title
+            ):
+                numbered.append(f"{_rel(page)}: {title}")
+    assert not numbered, "titles with manual numbers (the toc numbers them):\n" + "\n".join(
+        numbered
+    )
 
 
 def test_all_chapters_are_written():
@@ -87,40 +135,58 @@ def test_all_chapters_are_written():
     assert numbers == EXPECTED
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("chapter", PAGES, ids=_rel)
 def test_chapter_is_a_myst_notebook_with_python3_kernel(chapter):
-    front = _front_matter(chapter.read_text(encoding="utf-8"))
+    text = chapter.read_text(encoding="utf-8")
+    if not _code_cells(text):
+        pytest.skip("no code cells")
+    front = _front_matter(text)
     assert re.search(r"^file_format:\s*mystnb\s*$", front, re.M), "front matter: file_format"
     assert re.search(r"^\s+name:\s*python3\s*$", front, re.M), "front matter: kernelspec python3"
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
-def test_chapter_has_objectives_exercises_and_references(chapter):
+def test_chapter_has_objectives_exercises_and_citations(chapter):
     text = chapter.read_text(encoding="utf-8")
     prose = re.sub(r"^```.*?^```\s*$", "", text, flags=re.S | re.M)  # without code blocks
     headings = re.findall(r"^(#+)\s+(.*)$", prose, re.M)
     assert headings and headings[0][0] == "#", "the chapter starts with one level-1 title"
     assert sum(level == "#" for level, _ in headings) == 1, "exactly one level-1 heading"
     titles = [title.strip() for level, title in headings if level == "##"]
-    if _number(chapter) == 0:  # the preface: how to use the book, no exercises
-        assert "How to use this book" in titles or any("use" in t for t in titles)
-    else:
-        assert re.search(r"```\{admonition\} Learning objectives", text), "learning objectives"
-        assert "Exercises" in titles, "an '## Exercises' section"
-        assert titles[-1] == "References", "the chapter ends with '## References'"
-        assert "{footbibliography}" in text.split("## References")[-1]
-        assert "{footcite" in text, "a chapter cites at least one paper"
     number = _number(chapter)
+    if number == 0:  # the preface: how to use the book, no exercises
+        assert "How to use this book" in titles or any("use" in t for t in titles)
+        return
+    whole = _chapter_text(chapter)
     if number in ASSIGNMENTS:
-        exercises = text.split("## Exercises")[1]
+        assert re.search(r"```\{admonition\} Learning objectives", text), "learning objectives"
+    assert re.search(r"^#{1,2}\s+Exercises\s*$", whole, re.M), "an Exercises section or page"
+    assert re.search(r"\{cite:[pt]\}`", whole), "a chapter cites at least one paper"
+    if number in ASSIGNMENTS:
+        exercises = re.split(r"^#{1,2}\s+Exercises\s*$", whole, flags=re.M)[-1]
         assert ASSIGNMENTS[number] in exercises, (
             f"the exercises should point to assignment {ASSIGNMENTS[number]}"
         )
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
-def test_citations_exist_in_the_bibliography(chapter):
+def test_landing_pages_are_short_and_list_their_sections(chapter):
+    sections = _sections(chapter)
+    if not sections:
+        pytest.skip("a single-page chapter")
     text = chapter.read_text(encoding="utf-8")
+    assert len(_code_cells(text)) <= 1, f"{chapter.name}: a landing page has (almost) no code"
+    missing = [
+        s.name
+        for s in sections
+        if f"{chapter.stem}/{s.stem}" not in text and f"{chapter.stem}/{s.name}" not in text
+    ]
+    assert not missing, f"{chapter.name} does not link to its sections {missing}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
+def test_citations_exist_in_the_bibliography(page):
+    text = page.read_text(encoding="utf-8")
     cited = {
         key.strip()
         for group in re.findall(r"\{(?:foot)?cite(?::\w+)?\}`([^`]+)`", text)
@@ -128,13 +194,33 @@ def test_citations_exist_in_the_bibliography(chapter):
     }
     unknown = cited - _bib_keys()
     assert not unknown, f"keys not in references.bib: {sorted(unknown)}"
-    assert not re.search(r"\{cite(?::\w+)?\}`", text), (
-        "chapters cite with {footcite:p}/{footcite:t} so that each chapter lists its own "
-        "references without duplicating the global bibliography's citations"
+    assert not re.search(r"\{footcite(?::\w+)?\}|\{footbibliography\}", text), (
+        "the book cites with {cite:p}/{cite:t}; the bibliography is on the References page "
+        "(no {footcite}/{footbibliography})"
     )
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_one_bibliography_on_the_references_page():
+    with_bib = [_rel(p) for p in PAGES if "```{bibliography}" in p.read_text(encoding="utf-8")]
+    assert with_bib == ["references.md"], with_bib
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p.parent.name[:2].isdigit()], ids=_rel)
+def test_section_page_starts_with_a_short_hidden_setup_cell(page):
+    text = page.read_text(encoding="utf-8")
+    cells = re.findall(r"^```\{code-cell\}[^\n]*\n(.*?)^```\s*$", text, re.S | re.M)
+    if not cells:
+        pytest.skip("no code")
+    first = cells[0]
+    assert re.search(r"tags:.*\b(hide-input|remove-input|remove-cell)\b", first), (
+        f"{_rel(page)}: the first code cell (setup) is tagged hide-input or remove-input"
+    )
+    body = re.sub(r"^---\n.*?^---\n", "", first, flags=re.S | re.M)
+    lines = [line for line in body.splitlines() if line.strip() and not line.startswith(("#", ":"))]
+    assert len(lines) <= 10, f"{_rel(page)}: setup cell of {len(lines)} lines (keep it <= 10)"
+
+
+@pytest.mark.parametrize("chapter", PAGES, ids=_rel)
 def test_no_second_copy_of_library_code(chapter):
     text = chapter.read_text(encoding="utf-8")
     copies = []
@@ -148,7 +234,7 @@ def test_no_second_copy_of_library_code(chapter):
     )
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("chapter", PAGES, ids=_rel)
 def test_literalincludes_point_at_existing_objects(chapter):
     text = chapter.read_text(encoding="utf-8")
     for target, obj in re.findall(
@@ -169,7 +255,7 @@ def test_literalincludes_point_at_existing_objects(chapter):
                 scope = found[0].body
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("chapter", PAGES, ids=_rel)
 def test_training_is_quiet_and_pages_are_static(chapter):
     text = chapter.read_text(encoding="utf-8")
     for cell in _code_cells(text):
