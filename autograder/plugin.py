@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -110,6 +111,11 @@ def pytest_collection_modifyitems(
 ) -> None:
     _MANIFEST.clear()
     _MANIFEST.extend(describe(item) for item in items)
+    # `mutants` only: tests of these cells (a model's training) pass without running
+    skipped = set(filter(None, os.environ.get("AUTOGRADER_MUTANTS_SKIP_CELLS", "").split(",")))
+    for item, entry in zip(items, _MANIFEST):
+        if entry["cell"] in skipped:
+            item.runtest = lambda: None
     if CONTEXT.get("mode") == "collect":
         errors = _ERRORS + [e for entry in _MANIFEST for e in entry["errors"]]
         Path(CONTEXT["manifest_path"]).write_text(
