@@ -55,6 +55,8 @@ def check_patchify(fn: Callable[..., Any]) -> None:
         ).reshape(B, -1, C * P * P),
         "the image was reshaped without moving the axes (a plain reshape mixes pixels of "
         "different patches)": images.reshape(B, -1, C * P * P),
+        "the pixels inside each patch are transposed (column index before row index); keep "
+        "the order (C, P_row, P_col)": grid.permute(0, 2, 4, 1, 5, 3).reshape(B, -1, C * P * P),
     }
     check_close(fn(images, P), want, name="patchify(images (2, 3, 4, 6), 2)",
                 mistakes=mistakes, dims=("B", "N", "C*P*P"))  # fmt: skip
@@ -62,6 +64,11 @@ def check_patchify(fn: Callable[..., Any]) -> None:
         fn(torch.zeros(1, 1, 5, 4), 2)
     except ValueError:
         pass
+    except Exception as error:
+        raise CheckFailed(
+            f"a 5x4 image with patch_size=2 raised {type(error).__name__}: check the sizes first "
+            "and raise a ValueError that names them"
+        ) from None
     else:
         raise CheckFailed("a 5x4 image with patch_size=2 should raise a ValueError")
     passed("patchify passes the visible checks")
@@ -74,8 +81,16 @@ def check_patch_embed(fn: Callable[..., Any]) -> None:
     weight, bias = torch.randn(5, 3, 2, 2, generator=g), torch.randn(5, generator=g)
     want = F.conv2d(images, weight, bias, stride=2).flatten(2).transpose(1, 2)  # (B, N, E)
     got = fn(images, weight, bias, 2)
+    patches = _vision().patchify(images, 2)  # (B, N, C*P*P)
+    mistakes = {
+        "the bias is missing": want - bias,
+        "the weight (E, C, P, P) is reshaped to (C*P*P, E) instead of flattened to "
+        "(E, C*P*P) and transposed": patches @ weight.reshape(-1, 5) + bias,
+        "the weight is flattened in the order (P, P, C); flatten it in the order (C, P, P) of "
+        "the patches (weight.flatten(1))": patches @ weight.permute(0, 2, 3, 1).flatten(1).T + bias,
+    }
     check_close(got, want, name="patch_embed(images, weight, bias, 2)", atol=1e-5,
-                dims=("B", "N", "E"), mistakes={"the bias is missing": want - bias})  # fmt: skip
+                dims=("B", "N", "E"), mistakes=mistakes)  # fmt: skip
     passed("patch_embed equals the convolution with kernel = stride = P")
 
 
@@ -115,6 +130,14 @@ def check_vit(cls: type) -> None:
             "the tokens are averaged instead of reading the [CLS] token":
                 reference.head(tokens[:, 1:].mean(1)),
             "the final LayerNorm is missing": reference.head(_no_final_norm(reference, images)),
+            "the last token is classified; the head reads the [CLS] token (position 0)":
+                reference.head(tokens[:, -1]),
+            "the [CLS] token is appended after the patches; put it in front (position 0)":
+                _vit_variant(reference, images, cls_first=False),
+            "the position embedding is not added to the [CLS] token; add all N + 1 of them "
+            "after prepending it": _vit_variant(reference, images, position="patches"),
+            "the position embeddings are missing (add self.pos_embed after prepending [CLS])":
+                _vit_variant(reference, images, position="none"),
         }  # fmt: skip
         got = mine(images)
         if isinstance(got, tuple):
@@ -123,10 +146,30 @@ def check_vit(cls: type) -> None:
                     dims=("B", "num_classes"))  # fmt: skip
         out = mine(images, return_attn=True)
         if not isinstance(out, tuple) or len(out) != 2 or len(out[1]) != 2:
-            raise CheckFailed("ViT(images, return_attn=True) should return (logits, [w_1, w_2])")
+            raise CheckFailed(
+                "ViT(images, return_attn=True) should return (logits, [w_1, w_2]): the attention "
+                "weights of every block, in order"
+            )
         check_close(out[1][-1], maps[-1], name="the last block's attention weights",
                     dims=("B", "H", "T", "T"))  # fmt: skip
     passed("ViT.forward passes the visible checks")
+
+
+def _vit_variant(
+    model: nn.Module, images: Tensor, *, cls_first: bool = True, position: str = "all"
+) -> Tensor:
+    """Logits of ``model`` with the [CLS] token appended last, or position embeddings added to
+    the patches only / not at all."""
+    x = model.patch_embed(images)  # (B, N, C)
+    cls = model.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, C)
+    if position == "patches":
+        x = x + model.pos_embed[:, 1:]
+    x = torch.cat([cls, x], dim=1) if cls_first else torch.cat([x, cls], dim=1)  # (B, T, C)
+    if position == "all":
+        x = x + model.pos_embed
+    for block in model.blocks:
+        x = block(x)
+    return model.head(model.norm(x)[:, 0 if cls_first else -1])
 
 
 def _no_final_norm(model: nn.Module, images: Tensor) -> Tensor:
@@ -148,7 +191,9 @@ def check_window_partition(partition: Callable[..., Any], reverse: Callable[...,
                 mistakes={"the windows are numbered column by column (number them row by row)":
                           column_major.reshape(-1, 2, 2, C),
                           "a plain reshape mixes rows of different windows: swap the window-row "
-                          "and in-window-row axes first": x.reshape(-1, 2, 2, C)})  # fmt: skip
+                          "and in-window-row axes first": x.reshape(-1, 2, 2, C),
+                          "each window is transposed (its rows and columns swapped)":
+                          want.transpose(1, 2)})  # fmt: skip
     check_close(reverse(want, 2, 4, 6), x, name="window_reverse(windows, 2, 4, 6)",
                 dims=("B", "H", "W", "C"))  # fmt: skip
     passed("window_partition and window_reverse pass the visible checks")
@@ -199,8 +244,22 @@ def check_patch_merging(cls: type) -> None:
                               "x[1::2, 1::2]": reading,
                               "the LayerNorm is missing": no_norm})  # fmt: skip
         odd = torch.randn(1, 5, 3, 4, generator=torch.Generator().manual_seed(1))
-        check_close(mine(odd), reference(odd), name="PatchMerging on a 5 x 3 map (zero-pad "
-                    "the bottom row and right column first)", atol=1e-5)  # fmt: skip
+        try:
+            got = mine(odd)
+        except Exception as error:
+            raise CheckFailed(
+                f"PatchMerging on a 5 x 3 map raised {type(error).__name__}: {error}. Zero-pad an "
+                "odd height or width first, at the bottom / right: F.pad(x, (0, 0, 0, W % 2, 0, "
+                "H % 2)) pads (C, W, H) from the last dimension"
+            ) from None
+        top_left = F.pad(odd, (0, 0, 1, 0, 1, 0))
+        x0, x1 = top_left[:, 0::2, 0::2], top_left[:, 1::2, 0::2]
+        x2, x3 = top_left[:, 0::2, 1::2], top_left[:, 1::2, 1::2]
+        padded_top_left = reference.reduction(reference.norm(torch.cat([x0, x1, x2, x3], -1)))
+        check_close(got, reference(odd), name="PatchMerging on a 5 x 3 map (zero-pad the bottom "
+                    "row and right column first)", atol=1e-5,
+                    mistakes={"the map is padded at the top / left; pad the bottom row and right "
+                              "column": padded_top_left})  # fmt: skip
     passed("PatchMerging passes the visible checks")
 
 
@@ -216,16 +275,27 @@ def check_channel_attention(cls: type) -> None:
     with torch.no_grad():
         want, weights = reference(x, return_attn=True)
         q, k, v = reference.qkv(x).reshape(2, 7, 3, 3, 4).permute(2, 0, 3, 1, 4)  # (B, G, N, Cg)
+        qi, ki, vi = reference.qkv(x).reshape(2, 7, 3, 4, 3).permute(2, 0, 4, 1, 3)
 
-        def channel(scale: float, dim: int = -1) -> Tensor:
+        def channel(scale: float, dim: int = -1, transpose: bool = True, q=q, k=k, v=v) -> Tensor:
             a = (q.transpose(-2, -1) @ k * scale).softmax(dim=dim)
-            return reference.proj((v @ a.transpose(-2, -1)).transpose(1, 2).reshape(2, 7, 12))
+            y = v @ (a.transpose(-2, -1) if transpose else a)  # (B, G, N, Cg)
+            return reference.proj(y.transpose(1, 2).reshape(2, 7, 12))
 
         tokens = (q @ k.transpose(-2, -1) / 2).softmax(-1) @ v  # spatial attention per group
         mistakes = {
             "the scores are scaled by 1/sqrt(C) (the full width) instead of 1/sqrt(Cg) (the "
             "channels of one group)": channel(12**-0.5),
             "the softmax runs over the wrong axis of the Cg x Cg matrix": channel(0.5, dim=-2),
+            "the scores are scaled by 1/sqrt(N) (the tokens) instead of 1/sqrt(Cg) (the "
+            "channels of one group)": channel(7**-0.5),
+            "the scores are not scaled: divide them by sqrt(Cg) (Cg = channels per group)": (
+                channel(1.0)
+            ),
+            "the weights are applied without a transpose: output channel i is sum_j A[i, j] "
+            "v_j, so y = v @ A.transpose(-2, -1)": channel(0.5, transpose=False),
+            "the groups are interleaved (channel c in group c % G); group g holds the channels "
+            "g * Cg .. (g + 1) * Cg - 1 of q, k and v": channel(0.5, q=qi, k=ki, v=vi),
             "the tokens attend to each other (N x N); in channel attention the channels do "
             "(Cg x Cg), scores summed over the tokens": reference.proj(
                 tokens.transpose(1, 2).reshape(2, 7, 12)
@@ -253,6 +323,12 @@ def check_cls_attention_map(fn: Callable[..., Any]) -> None:
     mistakes = {
         "the [CLS] column was taken (how much each token attends TO [CLS]) instead of the "
         "[CLS] row (how much [CLS] attends to each patch)": weights[..., 1:, 0].reshape(2, 3, 4, 4),
+        "the slice keeps the [CLS] column and drops the last patch (take weights[..., 0, 1:])": (
+            weights[..., 0, :-1].reshape(2, 3, 4, 4)
+        ),
+        "the grid is filled column by column; patches are numbered row by row": (
+            weights[..., 0, 1:].reshape(2, 3, 4, 4).transpose(-2, -1)
+        ),
     }
     check_close(fn(weights, (4, 4)), want, name="cls_attention_map(weights, (4, 4))",
                 mistakes=mistakes, dims=("B", "H", "gh", "gw"))  # fmt: skip

@@ -18,7 +18,8 @@ pytestmark = pytest.mark.forbid("course_lib", *NO_CONVOLUTION)
 def random_images(rng, *, channels=(2, 4), patch=(2, 4)):
     P = draw(rng, *patch)
     C = draw(rng, *channels)
-    shape = (draw(rng, 1, 3), C, P * draw(rng, 1, 4), P * draw(rng, 1, 4))
+    gh = draw(rng, 2, 3)  # at least 2 x 2 patches, not square: any patch order shows
+    shape = (draw(rng, 1, 3), C, P * gh, P * (gh + draw(rng, 1, 2)))
     return torch.randn(*shape, generator=rng), P
 
 

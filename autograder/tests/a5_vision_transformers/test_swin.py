@@ -16,8 +16,16 @@ from course_lib.vision import PatchMerging, shifted_window_mask, window_partitio
 pytestmark = pytest.mark.forbid(*ATTENTION)
 
 
+def grid(rng) -> tuple[int, int]:
+    """Windows per column and per row: at least 2 x 2 and not square, so that any mix-up of
+    rows and columns shows."""
+    rows = draw(rng, 2, 3)
+    return rows, rows + draw(rng, 1, 2)
+
+
 def feature_map(rng, ws: int) -> Tensor:
-    shape = (draw(rng, 1, 3), ws * draw(rng, 1, 4), ws * draw(rng, 1, 4), draw(rng, 1, 5))
+    rows, cols = grid(rng)
+    shape = (draw(rng, 1, 3), ws * rows, ws * cols, draw(rng, 1, 5))
     return torch.randn(*shape, generator=rng)
 
 
@@ -53,7 +61,8 @@ def test_shifted_window_mask(student, rng):
     for _ in range(2):
         ws = draw(rng, 2, 5)
         shift = draw(rng, 1, ws - 1)
-        H, W = ws * draw(rng, 1, 4), ws * draw(rng, 1, 4)
+        rows, cols = grid(rng)
+        H, W = ws * rows, ws * cols
         got = student.shifted_window_mask(H, W, ws, shift)
         want = shifted_window_mask(H, W, ws, shift)
         name = f"shifted_window_mask({H}, {W}, {ws}, {shift})"
@@ -118,14 +127,14 @@ def test_patch_merging_odd_sizes(student, rng):
 
 
 def channel_pair(student, rng):
-    G = draw(rng, 1, 4)
+    G = draw(rng, 2, 4)  # C != Cg, so 1/sqrt(C) and 1/sqrt(Cg) differ
     C = G * draw(rng, 2, 5)
     reference = ChannelAttention(dim=C, num_groups=G).eval()
     randomise(reference, rng)
     mine = student.ChannelAttention(dim=C, num_groups=G)
     mine.load_state_dict(reference.state_dict())
     mine.eval()
-    x = torch.randn(draw(rng, 1, 3), draw(rng, 2, 20), C, generator=rng)
+    x = torch.randn(draw(rng, 1, 3), draw(rng, 6, 20), C, generator=rng)  # N > Cg
     return reference, mine, x
 
 

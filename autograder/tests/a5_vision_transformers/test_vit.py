@@ -20,7 +20,7 @@ def pair(student, rng):
     P = draw(rng, 1, 3)
     sizes = dict(
         image_size=P * draw(rng, 2, 4), patch_size=P, in_channels=1,
-        num_classes=draw(rng, 3, 10), dim=heads * 2 * draw(rng, 2, 4), depth=draw(rng, 1, 3),
+        num_classes=draw(rng, 3, 10), dim=heads * 2 * draw(rng, 2, 4), depth=draw(rng, 2, 3),
         num_heads=heads, mlp_dim=draw(rng, 8, 32),
     )  # fmt: skip
     reference = VisionTransformer(config=ViTConfig(**sizes)).eval()
