@@ -70,10 +70,10 @@ def test_dot_product_gradients(student, rng):
     check_close(got.inputs[1], X_ref.grad, name="the gradient with respect to X", atol=1e-4)
 
 
-def qkv(rng, batch, min_queries=1):
-    N_Q, N_X = draw(rng, min_queries, 6), draw(rng, 2, 7)
+def qkv(rng, batch, min_queries=1, min_keys=2):
+    N_Q, N_X = draw(rng, min_queries, 6), draw(rng, min_keys, 7)
     D, D_V = draw(rng, 2, 9), draw(rng, 1, 6)
-    D += D >= N_X  # D != N_X: scaling by the number of keys must show
+    D += D == N_X  # D != N_X: scaling by the number of keys must show
     q = torch.randn(*batch, N_Q, D, generator=rng)
     k = torch.randn(*batch, N_X, D, generator=rng)
     v = torch.randn(*batch, N_X, D_V, generator=rng)
@@ -114,9 +114,10 @@ def test_sdpa_broadcast_mask(student, rng):
 
 @pytest.mark.points(1, cell="check_scaled_dot_product_attention")
 def test_sdpa_fully_masked_rows(student, rng):
-    q, k, v = qkv(rng, (draw(rng, 1, 3),), min_queries=2)
+    q, k, v = qkv(rng, (draw(rng, 1, 3),), min_queries=2, min_keys=3)
     mask = torch.rand(*q.shape[:-1], k.shape[-2], generator=rng) > 0.5
     mask[..., 1:, :2] = True  # every other query sees at least two keys
+    mask[..., 1, -1] = False  # and one of them does not see every key
     mask[..., 0, :] = False
     got = student.scaled_dot_product_attention.backward(q, k, v, mask)
     y, w = got.output
@@ -144,6 +145,7 @@ def layer_pair(student, rng):
     mine = student.AttentionLayer(query_dim=D_Q, input_dim=D_X, value_dim=D_V)
     mine.load_state_dict(ref.state_dict())
     B, N_Q, N_X = draw(rng, 1, 3), draw(rng, 1, 5), draw(rng, 2, 7)
+    N_X += N_X == D_Q  # the number of keys differs from the head dim
     q, x = torch.randn(B, N_Q, D_Q, generator=rng), torch.randn(B, N_X, D_X, generator=rng)
     return ref, mine, q, x
 
@@ -178,7 +180,9 @@ def self_pair(student, rng):
     ref = SelfAttention(input_dim=D_X, query_dim=D_Q, value_dim=D_V)
     mine = student.SelfAttention(input_dim=D_X, query_dim=D_Q, value_dim=D_V)
     mine.load_state_dict(ref.state_dict())
-    x = torch.randn(draw(rng, 1, 3), draw(rng, 2, 8), D_X, generator=rng)
+    T = draw(rng, 2, 8)
+    T += T == D_Q  # the number of keys differs from the head dim
+    x = torch.randn(draw(rng, 1, 3), T, D_X, generator=rng)
     return ref, mine, x
 
 
@@ -296,7 +300,9 @@ def mha_pair(student, rng):
         ref.out_proj.bias.normal_(generator=rng)
     mine = student.MultiHeadAttention(embed_dim=C, num_heads=H)
     mine.load_state_dict(torch_state(ref))
-    x = torch.randn(draw(rng, 1, 3), draw(rng, 2, 7), C, generator=rng)
+    T = draw(rng, 3, 7)
+    T += T == C // H  # the number of keys differs from the head dim
+    x = torch.randn(draw(rng, 1, 3), T, C, generator=rng)
     return ref, mine, x, H
 
 
@@ -310,8 +316,9 @@ def test_mha_self_attention(student, rng):
 
 @pytest.mark.points(1, cell="check_multihead_attention")
 def test_mha_cross_attention(student, rng):
-    ref, mine, x, _ = mha_pair(student, rng)
+    ref, mine, x, H = mha_pair(student, rng)
     T_k = draw(rng, 2, 8)  # more than one key: the scaling matters
+    T_k += T_k == x.shape[2] // H  # and their number differs from the head dim
     key = torch.randn(x.shape[0], T_k, x.shape[2], generator=rng)
     value = torch.randn(x.shape[0], T_k, x.shape[2], generator=rng)
     y, w = pair(mine(x, key, value), "MultiHeadAttention.forward")
@@ -336,7 +343,7 @@ def test_mha_padding_mask(student, rng):
     ref, mine, x, _ = mha_pair(student, rng)
     B, T = x.shape[:2]
     lengths = torch.randint(1, T + 1, (B,), generator=rng)
-    lengths[0] = draw(rng, 1, T - 1)
+    lengths[0] = draw(rng, 2, T - 1)  # padded, but more than one key: the scaling matters
     pad = torch.arange(T)[None, :] < lengths[:, None]  # (B, T) True = real token
     y, _ = pair(mine(x, mask=pad[:, None, None, :]), "MultiHeadAttention.forward")
     with torch.no_grad():
