@@ -1,6 +1,11 @@
 """The built book, in a real browser (headless Chromium): pages load cleanly, math is typeset,
-images are present, internal links resolve, search works. Screenshots land in
-build_artifacts/screenshots/ for a human to look at.
+images are present, internal links resolve, search works; nothing scrolls sideways at 1400 px or
+at 400 px; every figure has a number, a caption and alt text; every launch button opens a
+notebook that exists in the build and installs course_lib first; no page is longer than 12
+screens at 1400 px; the landing page's first load stays under 3 MB. One browser session visits
+every page once (both widths on the same load), saves a screenshot of each page at each width in
+build_artifacts/screenshots/{1400,400}/ and a table of page lengths and problems in
+build_artifacts/screenshots/pages.tsv (also printed: `pytest -s` or `-rA`).
 
 Uses the book built by `make test` (build_artifacts/book-smoke) or `make` (book/_build); builds it
 if neither exists. Needs Debian's chromium and chromium-driver (`.ci/run` installs them); without
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
 import re
 import shutil
@@ -26,6 +32,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SCREENSHOTS = REPO / "build_artifacts" / "screenshots"
+#: The desktop and the phone width (CSS px), the screen height, and the longest page allowed.
+DESKTOP, PHONE, SCREEN_HEIGHT, MAX_SCREENS = 1400, 400, 900, 12
+FIRST_LOAD_LIMIT = 3_000_000  # bytes: HTML + CSS + JS + fonts + images of the landing page
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 
@@ -33,6 +42,8 @@ pytestmark = pytest.mark.xdist_group("browser")
 
 
 def _built_html() -> Path | None:
+    if os.environ.get("BOOK_HTML"):  # a given build, e.g. BOOK_HTML=/tmp/out/_build/html
+        return Path(os.environ["BOOK_HTML"])
     candidates = [
         REPO / "build_artifacts" / "book-smoke" / "_build" / "html",
         REPO / "book" / "_build" / "html",
@@ -156,15 +167,32 @@ def browser(tmp_path_factory):
         "--disable-component-update",
         "--disable-sync",
         "--disable-dev-shm-usage",
-        "--window-size=1280,1000",
+        "--hide-scrollbars",
+        f"--window-size={DESKTOP},{SCREEN_HEIGHT}",
         f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
     ):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(60)
+    driver.set_script_timeout(60)
+    _desktop(driver)
     yield driver
     driver.quit()
+
+
+def _desktop(driver) -> None:
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": DESKTOP, "height": SCREEN_HEIGHT, "deviceScaleFactor": 1, "mobile": False},
+    )
+
+
+def _phone(driver) -> None:
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": PHONE, "height": SCREEN_HEIGHT, "deviceScaleFactor": 1, "mobile": True},
+    )
 
 
 def _wait(driver, script: str, timeout: float = 20.0) -> bool:
@@ -185,39 +213,188 @@ if (!window.__mjQueued) {
 }
 return window.__mjDone === true;
 """
+#: fit-math.js (book/_static) has scaled the display equations to the current width.
+MATH_FITTED = """
+return window.bookMathFitted === true || document.querySelector('mjx-container') === null
+  || !Array.from(document.scripts).some(s => /fit-math/.test(s.src));
+"""
+
+#: Elements wider than their box at the current width: [what, scrollWidth, clientWidth, text].
+OVERFLOW = """
+const found = [];
+const doc = document.documentElement;
+if (doc.scrollWidth > doc.clientWidth + 1)
+  found.push(['document', doc.scrollWidth, doc.clientWidth, '']);
+const selector = 'pre, div.highlight, .cell_output, div.math, mjx-container[display="true"]';
+document.querySelectorAll(selector).forEach(el => {
+  if (el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1) {
+    const what = el.tagName.toLowerCase() + (el.classList.length ? '.' + el.classList[0] : '');
+    const text = (el.textContent || '').trim().replace(/\\s+/g, ' ').slice(0, 50);
+    found.push([what, el.scrollWidth, el.clientWidth, text]);
+  }
+});
+return found;
+"""
+
+#: Every figure of the article: number, caption, alt texts; and images outside any figure.
+FIGURES = """
+const article = document.querySelector('article') || document.querySelector('main')
+  || document.body;
+const figures = Array.from(article.querySelectorAll('figure')).map(f => {
+  const number = f.querySelector('.caption-number');
+  const caption = f.querySelector('figcaption');
+  let text = caption ? caption.textContent : '';
+  if (number) text = text.replace(number.textContent, '');
+  return {
+    id: f.id || (f.querySelector('[id]') || {}).id || '',
+    number: number ? number.textContent.trim() : '',
+    caption: text.trim().slice(0, 80),
+    images: Array.from(f.querySelectorAll('img')).map(i => [i.getAttribute('src') || '',
+                                                          i.getAttribute('alt') || '']),
+  };
+});
+const loose = Array.from(article.querySelectorAll('img'))
+  .filter(i => !i.closest('figure')).map(i => i.getAttribute('src') || '');
+return {figures: figures, loose: loose};
+"""
+
+PAGE_HEIGHT = "return [document.documentElement.scrollHeight, window.innerHeight];"
 
 
-def test_every_page_loads_cleanly_with_math_and_images(html_dir, server, browser):
-    problems = []
+def _alt_is_a_path(alt: str, src: str) -> bool:
+    alt = alt.strip()
+    return (
+        not alt
+        or alt == src
+        or alt == Path(src).name
+        or bool(re.search(r"\.(png|svg|jpe?g|gif|webp)$", alt, re.I))
+        or ("/" in alt and " " not in alt)
+    )
+
+
+def _shot_name(rel: str) -> str:
+    return rel.removesuffix(".html").replace("/", "__") + ".png"
+
+
+@pytest.fixture(scope="module")
+def survey(html_dir, server, browser):
+    """Visit every page once: measurements at 1400 px, then at 400 px, and screenshots at both.
+
+    Returns {page: {...}} and writes build_artifacts/screenshots/pages.tsv.
+    """
     pages = _pages(html_dir)
     assert pages, f"no pages in {html_dir}"
+    for width in (DESKTOP, PHONE):
+        (SCREENSHOTS / str(width)).mkdir(parents=True, exist_ok=True)
+    results = {}
     for page in pages:
         rel = page.relative_to(html_dir).as_posix()
+        info = results[rel] = {"problems": []}
+        _desktop(browser)
         browser.get(urljoin(server, rel))
         _wait(browser, "return document.readyState === 'complete'")
         if not _wait(browser, MATHJAX_IDLE, timeout=30):
-            problems.append(f"{rel}: MathJax did not finish")
-        n_math = browser.execute_script("return document.querySelectorAll('.math').length")
-        n_typeset = browser.execute_script(
-            "return document.querySelectorAll('mjx-container').length"
+            info["problems"].append("MathJax did not finish")
+        _wait(browser, MATH_FITTED, timeout=5)
+        counts = browser.execute_script(
+            "return [document.querySelectorAll('.math').length,"
+            " document.querySelectorAll('mjx-container').length,"
+            " document.querySelectorAll('mjx-merror, .MathJax_Error').length,"
+            " Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0))"
+            "   .map(i => i.getAttribute('src'))]"
         )
-        n_errors = browser.execute_script(
-            "return document.querySelectorAll('mjx-merror, .MathJax_Error').length"
-        )
+        n_math, n_typeset, n_errors, missing_images = counts
         if n_math and not n_typeset:
-            problems.append(f"{rel}: {n_math} math elements, none typeset")
+            info["problems"].append(f"{n_math} math elements, none typeset")
         if n_errors:
-            problems.append(f"{rel}: {n_errors} MathJax errors")
-        missing_images = browser.execute_script(
-            "return Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0))"
-            ".map(i => i.getAttribute('src'))"
-        )
+            info["problems"].append(f"{n_errors} MathJax errors")
         if missing_images:
-            problems.append(f"{rel}: images not loaded: {missing_images}")
+            info["problems"].append(f"images not loaded: {missing_images}")
         for entry in browser.get_log("browser"):
             if entry["level"] == "SEVERE":
-                problems.append(f"{rel}: console error: {entry['message']}")
+                info["problems"].append(f"console error: {entry['message']}")
+        info["overflow_1400"] = browser.execute_script(OVERFLOW)
+        info["figures"] = browser.execute_script(FIGURES)
+        height, screen = browser.execute_script(PAGE_HEIGHT)
+        info["screens_1400"] = height / screen
+        browser.save_screenshot(str(SCREENSHOTS / str(DESKTOP) / _shot_name(rel)))
+        _phone(browser)
+        browser.execute_script("window.bookMathFitted = false; window.scrollTo(0, 0);")
+        time.sleep(0.15)
+        _wait(browser, MATH_FITTED, timeout=5)
+        info["overflow_400"] = browser.execute_script(OVERFLOW)
+        height, screen = browser.execute_script(PAGE_HEIGHT)
+        info["screens_400"] = height / screen
+        browser.save_screenshot(str(SCREENSHOTS / str(PHONE) / _shot_name(rel)))
+    _desktop(browser)
+    lines = ["page\tscreens@1400\tscreens@400\toverflow@1400\toverflow@400\tfigures"]
+    for rel, info in results.items():
+        lines.append(
+            f"{rel}\t{info['screens_1400']:.1f}\t{info['screens_400']:.1f}\t"
+            f"{len(info['overflow_1400'])}\t{len(info['overflow_400'])}\t"
+            f"{len(info['figures']['figures'])}"
+        )
+    (SCREENSHOTS / "pages.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n" + "\n".join(line.replace("\t", "  ") for line in lines))
+    return results
+
+
+def test_every_page_loads_cleanly_with_math_and_images(survey):
+    problems = [f"{rel}: {p}" for rel, info in survey.items() for p in info["problems"]]
     assert not problems, "\n".join(problems)
+
+
+def _overflow_report(survey, key: str) -> list[str]:
+    report = []
+    for rel, info in survey.items():
+        for what, scroll, client, text in info[key][:6]:
+            report.append(f"{rel}: {what} is {scroll} px wide in a {client} px box: {text!r}")
+    return report
+
+
+def test_nothing_scrolls_sideways_at_1400_px(survey):
+    report = _overflow_report(survey, "overflow_1400")
+    assert not report, "horizontal overflow at 1400 px:\n" + "\n".join(report)
+
+
+def test_nothing_scrolls_sideways_at_400_px(survey):
+    report = _overflow_report(survey, "overflow_400")
+    assert not report, "horizontal overflow at 400 px:\n" + "\n".join(report)
+
+
+def test_every_figure_has_a_number_a_caption_and_alt_text(survey):
+    problems = []
+    for rel, info in survey.items():
+        for figure in info["figures"]["figures"]:
+            name = figure["id"] or "a figure"
+            if not re.fullmatch(r"Figure \d+(\.\d+)*\.?", figure["number"]):
+                problems.append(f"{rel}: {name} has no number ({figure['number']!r})")
+            if not figure["caption"]:
+                problems.append(f"{rel}: {name} has no caption")
+            for src, alt in figure["images"]:
+                if _alt_is_a_path(alt, src):
+                    problems.append(f"{rel}: {name}: alt text {alt!r} is missing or a file name")
+        for src in info["figures"]["loose"]:
+            problems.append(f"{rel}: image {src} is not in a numbered figure")
+    assert not problems, "\n".join(problems)
+
+
+def test_pages_are_at_most_12_screens_at_1400_px(survey):
+    long = {rel: info["screens_1400"] for rel, info in survey.items()}
+    long = {rel: n for rel, n in long.items() if n > MAX_SCREENS}
+    assert not long, f"pages longer than {MAX_SCREENS} screens of {DESKTOP}x{SCREEN_HEIGHT}:\n" + (
+        "\n".join(f"{rel}: {n:.1f} screens" for rel, n in sorted(long.items()))
+    )
+
+
+def test_screenshots_of_every_page_at_both_widths(survey):
+    missing = []
+    for rel in survey:
+        for width in (DESKTOP, PHONE):
+            out = SCREENSHOTS / str(width) / _shot_name(rel)
+            if not out.exists() or out.stat().st_size < 5_000:
+                missing.append(str(out))
+    assert not missing, f"screenshots missing or empty: {missing}"
 
 
 def test_search_finds_attention(server, browser):
@@ -232,39 +409,99 @@ def test_search_finds_attention(server, browser):
     assert not errors, errors
 
 
-def test_screenshots_of_front_page_and_chapters(html_dir, server, browser):
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    pages = [p.relative_to(html_dir).as_posix() for p in _pages(html_dir)]
-    chapters = [p for p in pages if re.match(r"(chapters/)?\d\d", Path(p).name)] or [
-        p for p in pages if p not in ("index.html", "intro.html")
-    ]
-    # the preface (00_) has no figures; screenshot the first two chapters with content
-    chapters = [p for p in chapters if not Path(p).name.startswith("00_")] or chapters
-    wanted = ["intro.html"] + chapters[:2]
-    for rel in wanted:
-        browser.get(urljoin(server, rel))
-        _wait(browser, MATHJAX_IDLE, timeout=30)
-        out = SCREENSHOTS / (Path(rel).stem + ".png")
-        assert browser.save_screenshot(str(out)), f"could not save {out}"
-        assert out.stat().st_size > 10_000, f"{out} looks empty"
+def test_first_load_of_the_landing_page_is_under_3_mb(html_dir, server, browser):
+    maps = sorted(p.relative_to(html_dir).as_posix() for p in html_dir.rglob("*.map"))
+    assert not maps, f"source maps shipped: {maps}"
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.clearBrowserCache", {})
+    browser.get(urljoin(server, "index.html"))
+    _wait(browser, "return document.readyState === 'complete'")
+    _wait(browser, MATHJAX_IDLE, timeout=30)
+    total, resources = browser.execute_async_script(
+        """
+        const done = arguments[arguments.length - 1];
+        document.fonts.ready.then(() => setTimeout(() => {
+          const nav = performance.getEntriesByType('navigation')[0];
+          const res = performance.getEntriesByType('resource');
+          done([(nav ? nav.decodedBodySize : 0)
+                + res.reduce((s, r) => s + (r.decodedBodySize || 0), 0),
+                res.map(r => [r.name, r.decodedBodySize]).sort((a, b) => b[1] - a[1])]);
+        }, 300));
+        """
+    )
+    biggest = "\n".join(f"{size:>10,} {name}" for name, size in resources[:8])
+    assert total <= FIRST_LOAD_LIMIT, f"first load of index.html: {total:,} bytes\n{biggest}"
+
+
+# --- launch buttons and notebooks (parsed HTML, no browser) -----------------------------------
+
+LAUNCH = re.compile(r"https://(colab\.research\.google\.com|mybinder\.org)/")
+
+
+def _launch_target(html_dir: Path, href: str) -> Path | None:
+    """The file in the build that a Colab or Binder link opens (the site's branch is the build)."""
+    url = urlparse(href)
+    if url.netloc == "colab.research.google.com":
+        match = re.match(r"/github/[^/]+/[^/]+/blob/[^/]+/(.+)$", url.path)
+        return html_dir / unquote(match.group(1)) if match else None
+    if url.netloc == "mybinder.org":
+        match = re.search(r"(?:^|&)(?:labpath|filepath)=([^&]+)", url.query)
+        if match:
+            return html_dir / unquote(match.group(1))
+        match = re.search(r"(?:^|&)urlpath=(?:lab/)?tree/([^&]+)", url.query)
+        return html_dir / unquote(match.group(1)) if match else None
+    return None
+
+
+def _is_notebook_page(page: Path) -> bool:
+    return 'class="cell docutils container"' in page.read_text(encoding="utf-8")
+
+
+def test_launch_buttons_open_notebooks_that_install_course_lib(html_dir):
+    problems, checked = [], 0
+    for page in _pages(html_dir):
+        rel = page.relative_to(html_dir).as_posix()
+        links = [h for h in _parse(page).hrefs if LAUNCH.match(h)]
+        if _is_notebook_page(page):
+            for name in ("colab.research.google.com", "mybinder.org"):
+                if not any(name in h for h in links):
+                    problems.append(f"{rel}: no {name} launch button")
+        for href in links:
+            target = _launch_target(html_dir, href)
+            if target is None or target.suffix != ".ipynb" or not target.exists():
+                problems.append(f"{rel}: {href} does not open an .ipynb of the build")
+                continue
+            notebook = json.loads(target.read_text(encoding="utf-8"))
+            first = notebook["cells"][0]
+            source = "".join(first["source"])
+            if first["cell_type"] != "code" or not re.search(
+                r"find_spec\(\"course_lib\"\)[\s\S]*pip\", \"install", source
+            ):
+                problems.append(
+                    f"{rel}: the first cell of {target.name} does not install course_lib"
+                )
+            checked += 1
+    assert checked, "no launch buttons found"
+    assert not problems, "\n".join(problems)
+
+
+def test_site_has_binder_requirements_and_nojekyll(html_dir):
+    requirements = html_dir / "binder" / "requirements.txt"
+    assert requirements.exists() and "course_lib" in requirements.read_text()
+    assert (html_dir / ".nojekyll").exists(), "GitHub Pages would hide the _folders"
 
 
 def _chapter_pages(html_dir: Path) -> list[Path]:
     return [p for p in _pages(html_dir) if re.match(r"\d\d_", p.name)]
 
 
-def test_chapter_pages_have_launch_buttons_and_notebook_downloads(html_dir):
-    chapters = _chapter_pages(html_dir)
-    if not chapters:
-        pytest.skip("no chapter pages built yet")
+def test_notebook_pages_have_notebook_downloads(html_dir):
     problems = []
-    for page in chapters:
+    for page in _chapter_pages(html_dir):
+        if not _is_notebook_page(page):
+            continue
         rel = page.relative_to(html_dir)
         hrefs = _parse(page).hrefs
-        if not any("colab.research.google.com" in h for h in hrefs):
-            problems.append(f"{rel}: no Colab launch button")
-        if not any("mybinder.org" in h for h in hrefs):
-            problems.append(f"{rel}: no Binder launch button")
         downloads = [h for h in hrefs if urlparse(h).path.endswith(".ipynb") and "_sources" in h]
         if not downloads:
             problems.append(f"{rel}: no .ipynb download")
@@ -275,10 +512,16 @@ def test_chapter_pages_have_launch_buttons_and_notebook_downloads(html_dir):
     assert not problems, "\n".join(problems)
 
 
-def test_every_chapter_figure_was_rendered(html_dir):
-    """Executed chapters carry their figures: each page with a training chapter has images."""
-    chapters = [p for p in _chapter_pages(html_dir) if not p.name.startswith("00_")]
+def test_every_chapter_has_rendered_figures(html_dir):
+    """Executed chapters carry their figures: each chapter (landing and section pages) has some."""
+    chapters = [p for p in _chapter_pages(html_dir) if p.parent.name == "chapters"]
     if not chapters:
         pytest.skip("no chapter pages built yet")
-    empty = [p.name for p in chapters if "<img" not in p.read_text(encoding="utf-8")]
-    assert not empty, f"chapter pages without a single figure: {empty}"
+    empty = []
+    for chapter in chapters:
+        if chapter.name.startswith(("00_", "06_")):
+            continue
+        pages = [chapter, *sorted(chapter.with_suffix("").glob("*.html"))]
+        if not any("<img" in p.read_text(encoding="utf-8") for p in pages):
+            empty.append(chapter.name)
+    assert not empty, f"chapters without a single figure: {empty}"

@@ -274,3 +274,98 @@ def test_training_is_quiet_and_pages_are_static(chapter):
             f"{chapter.name} imports {module}: interactive figures load JavaScript from a CDN, "
             "which fails offline; use static matplotlib figures"
         )
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
+def test_backtick_directives_have_no_backticks_in_their_title(page):
+    """CommonMark ends a backtick fence's info string at a backtick: "```{dropdown} The `x`"
+    is not a directive, and the rest of the page (its code cells too) is read as text. Use a
+    colon fence (:::{dropdown} ...) for titles with code in them."""
+    text = page.read_text(encoding="utf-8")
+    bad = re.findall(r"^`{3,}\{[^}]+\}[^\n]*`[^\n]*$", text, re.M)
+    assert not bad, f"{_rel(page)}: {bad}"
+
+
+def test_gpu_measurements_script_writes_what_the_appendix_reads(tmp_path):
+    """book/scripts/gpu_measurements.py (run on a GPU) stores the data the appendix plots."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "m.json"
+    script = BOOK / "scripts" / "gpu_measurements.py"
+    subprocess.run(
+        [sys.executable, str(script), "--out", str(out), "--allow-cpu", "--quick"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+    )
+    data = json.loads(out.read_text())
+    assert {"device", "date", "torch", "matmul", "attention"} <= set(data)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d", data["date"])
+    for series in data["matmul"]:
+        assert len(series["n"]) == len(series["ms"]) and series["dtype"]
+    attention = data["attention"]
+    assert set(attention["paths"]) == {"naive", "chunked", "fused"}
+    for path in attention["paths"].values():
+        assert len(path["ms"]) == len(attention["T"]) == len(path["peak_mib"])
+    pages = "".join(
+        p.read_text(encoding="utf-8") for p in (BOOK / "chapters" / "06_appendix_gpu").glob("*.md")
+    )
+    for key in ("matmul", "attention", "paths", "ms", "device", "date"):
+        assert f'"{key}"' in pages or f"'{key}'" in pages, f"the appendix does not read {key!r}"
+    stored = BOOK / "data" / "gpu_measurements.json"
+    if stored.exists():  # measured on a GPU: the same format, and a GPU's name
+        real = json.loads(stored.read_text())
+        assert set(data) <= set(real) and real["device"] not in ("CPU", "cpu")
+
+
+def test_launch_notebook_markdown_keeps_embargoed_prose_out():
+    """The notebooks behind the launch buttons convert MyST to Jupyter Markdown; an {embargo}
+    block becomes the box's sentence, not its prose, when the object is embargoed."""
+    import sys
+
+    sys.path.insert(0, str(BOOK / "_ext"))
+    try:
+        import launch_notebooks
+    finally:
+        sys.path.pop(0)
+
+    class _Std:
+        labels = {"fig-x": ("chapters/02_attention_layer/03_routing", "fig-x", "")}
+        anonlabels: dict = {}
+
+    class _Env:
+        titles: dict = {}
+        toc_fignumbers = {"chapters/02_attention_layer/03_routing": {"figure": {"fig-x": (2, 3)}}}
+
+        def get_domain(self, name):
+            return _Std()
+
+    class _App:
+        env = _Env()
+        builder = type("B", (), {"images": {"figures/t.svg": "t.svg"}})()
+
+        class config:
+            launch_site_url = "https://example.org/book"
+            html_theme_options = {"repository_url": "https://github.com/o/r"}
+
+    converter = launch_notebooks._Converter.__new__(launch_notebooks._Converter)
+    converter.app, converter.pagename = _App(), "chapters/02_attention_layer/01_dot_product"
+    converter.site = "https://example.org/book/"
+    converter.embargo = lambda names: "A2, part 1" if "course_lib.x.f" in names else ""
+    text = converter.markdown(
+        "See {numref}`fig-x` {cite:p}`vaswani2017`.\n\n"
+        "```{embargo} course_lib.x.f\nThe secret formula.\n```\n\n"
+        "```{embargo} course_lib.x.g\nReleased prose.\n```\n\n"
+        ":::{dropdown} Source\n```{literalinclude} ../../../course_lib/x.py\n"
+        ":pyobject: f\n```\n:::\n"
+        "\n```{figure} ../../figures/t.svg\n:alt: A drawing\n:name: fig-t\n\nCaption.\n```"
+    )
+    assert "The secret formula" not in text and "You implement this in A2, part 1" in text
+    assert "Released prose." in text
+    assert "[Figure 2.3](https://example.org/book/chapters/02_attention_layer/03_routing" in text
+    assert "(vaswani2017)" in text and "{" not in text.replace("{numref", "")
+    assert "![A drawing](https://example.org/book/_images/t.svg)" in text
+    assert "<details><summary>Source</summary>" in text and "def f" not in text

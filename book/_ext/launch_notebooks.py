@@ -2,7 +2,7 @@
 
 Colab cannot open a MyST Markdown page, and neither Colab nor Binder has ``course_lib``. So for
 every page that is a notebook this extension writes ``_notebooks/<page>.ipynb`` into the built
-site, made from the page's source with jupytext:
+site, made from the page's source with myst-nb's reader (the cells the build executes):
 
 - a first cell installs the course library when it cannot be imported (Colab), and does nothing
   where it can (Binder, a clone of the repository);
@@ -264,11 +264,14 @@ def _embargo_lookup(app):
 
 def make_notebook(app, pagename: str) -> dict:
     """The page as a runnable notebook (nbformat 4 JSON), install cell first."""
-    import jupytext
     import nbformat
+    from myst_nb.core.read import read_myst_markdown_notebook
 
     source = Path(app.env.doc2path(pagename))
-    notebook = jupytext.read(source)
+    if source.suffix == ".ipynb":
+        notebook = nbformat.read(source, as_version=4)
+    else:  # the parser the build uses, so that the notebook has the page's cells
+        notebook = read_myst_markdown_notebook(source.read_text(encoding="utf-8"), path=source)
     converter = _Converter(app, pagename)
     cells = [
         nbformat.v4.new_code_cell(
