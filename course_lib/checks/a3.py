@@ -199,8 +199,8 @@ def check_encoder_block(block_cls: type[nn.Module], *, seed: int = 0) -> None:
             for description, wrong in mistakes.items():
                 if close(y, wrong):
                     raise CheckFailed(f"EncoderBlock(x) is wrong: it looks like {description}")
-        check_shape(w, (3, 2, 5, 5), name="the attention weights", dims=("B", "H", "S", "S"))
-        check_close(w, want_w, name="the attention weights", mistakes={
+        check_shape(w, (3, 2, 5, 5), name="the attention-weight tensor", dims=("B", "H", "S", "S"))
+        check_close(w, want_w, name="the attention-weight tensor", mistakes={
             "the padding mask is not passed to the self-attention (mask=mask)":
                 attn(x, return_weights=True)[1],
         })  # fmt: skip
@@ -275,12 +275,17 @@ def check_decoder_block(block_cls: type[nn.Module], *, seed: int = 0) -> None:
                     raise CheckFailed(
                         f"DecoderBlock(y, memory) is wrong: it looks like {description}"
                     )
-        check_shape(w_cross, (3, 2, 4, 6), name="the cross weights", dims=("B", "H", "T", "S"))
-        check_close(w_cross, want_cross, name="the cross-attention weights", mistakes={
+        check_shape(
+            w_cross,
+            (3, 2, 4, 6),
+            name="the cross-attention weight tensor",
+            dims=("B", "H", "T", "S"),
+        )
+        check_close(w_cross, want_cross, name="the cross-attention weight tensor", mistakes={
             "the source padding is not masked in the cross-attention (pass memory_mask)":
                 ca(n1(y + sa(y, mask=causal)), memory, memory, return_weights=True)[1],
         })  # fmt: skip
-        check_close(w_self, want_self, name="the self-attention weights (causal)", mistakes={
+        check_close(w_self, want_self, name="the (causal) self-attention weight tensor", mistakes={
             "the self-attention is not causal: the decoder sees the future (pass self_mask)":
                 sa(y, return_weights=True)[1],
         })  # fmt: skip
@@ -370,7 +375,8 @@ def check_transformer(model_cls: type[nn.Module], *, seed: int = 0) -> None:
     with torch.no_grad():
         logits, weights = _pair(_call(mine, src, tgt_in, what="Transformer(src, tgt_in)"), "")
         want, want_w = ref(src, tgt_in, return_attn=True)
-        check_shape(logits, (3, 4, SIZES["tgt_vocab_size"]), name="logits", dims=("B", "T", "V"))
+        V = SIZES["tgt_vocab_size"]
+        check_shape(logits, (3, 4, V), name="the logits tensor", dims=("B", "T", "V"))
         mistakes = {
             "the causal mask is inverted: keep position t's keys 0..t, torch.ones(T, T).tril()":
                 dict(causal=lambda m: m.triu()),
@@ -401,7 +407,7 @@ def check_transformer(model_cls: type[nn.Module], *, seed: int = 0) -> None:
             check_shape(weights[name], tuple(want_w[name].shape), name=f'weights["{name}"]',
                         dims=("L", "B", "H", "T_q", "T_k"))  # fmt: skip
             check_close(weights[name], want_w[name], name=f'weights["{name}"]')
-        check_close(logits, want, name="the logits", atol=1e-4)
+        check_close(logits, want, name="the logits tensor", atol=1e-4)
     passed("Transformer matches the reference (logits and every attention map)")
 
 
@@ -482,7 +488,8 @@ def check_greedy_decode(fn: Callable[..., Tensor], model_cls: type[nn.Module], *
                 if isinstance(tokens, Tensor) and tokens.shape == wrong.shape:
                     if torch.equal(tokens.long(), wrong):
                         raise CheckFailed(f"greedy_decode on {what}: {description}")
-            check_shape(tokens, tuple(want.shape), name=f"the tokens for {what}", dims=("B", "T"))
+            name = f"the token tensor for {what}"
+            check_shape(tokens, tuple(want.shape), name=name, dims=("B", "T"))
             raise CheckFailed(
                 f"the tokens for {what} differ from the reference's:\n{tokens.tolist()}\n"
                 f"expected\n{want.tolist()}\n(take the arg-max of the LAST position's logits; "

@@ -132,7 +132,7 @@ def test_encoder_block(student, rng):
     with torch.no_grad():
         want, want_w = ref(x, return_attn=True)
     check_close(out[0], want, name="EncoderBlock(x)", atol=1e-5)
-    check_close(out[1], want_w, name="the attention weights", atol=1e-5)
+    check_close(out[1], want_w, name="the attention-weight tensor", atol=1e-5)
 
 
 @pytest.mark.points(1, cell="check_encoder_block")
@@ -143,7 +143,7 @@ def test_encoder_block_padding(student, rng):
     with torch.no_grad():
         want, want_w = ref(x, keep, return_attn=True)
     check_close(y, want, name="EncoderBlock(x, padding mask)", atol=1e-5)
-    check_close(w, want_w, name="the attention weights with a padding mask", atol=1e-5)
+    check_close(w, want_w, name="the attention-weight tensor with a padding mask", atol=1e-5)
 
 
 @pytest.mark.points(1, cell="check_encoder_block")
@@ -187,8 +187,8 @@ def test_decoder_block_weights(student, rng):
     assert isinstance(weights, tuple) and len(weights) == 2, "the weights are (w_self, w_cross)"
     with torch.no_grad():
         _, (want_self, want_cross) = ref(*args, return_attn=True)
-    check_close(weights[0], want_self, name="the self-attention weights", atol=1e-5)
-    check_close(weights[1], want_cross, name="the cross-attention weights", atol=1e-5)
+    check_close(weights[0], want_self, name="the self-attention weight tensor", atol=1e-5)
+    check_close(weights[1], want_cross, name="the cross-attention weight tensor", atol=1e-5)
 
 
 @pytest.mark.points(1, cell="check_decoder_block")
@@ -199,8 +199,8 @@ def test_decoder_block_is_causal(student, rng):
     changed[:, t:] = torch.randn(changed[:, t:].shape, generator=rng) * 3
     first, _ = mine(y, memory, causal, keep)
     second, _ = mine(changed, memory, causal, keep)
-    check_close(second[:, :t], first[:, :t], name=f"the outputs before position {t} when later "
-                "target positions change", atol=1e-5)  # fmt: skip
+    check_close(second[:, :t], first[:, :t], name=f"the output tensor before position {t} "
+                "when later target positions change", atol=1e-5)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -245,7 +245,7 @@ def test_transformer_logits(student, rng):
     out = mine(src, tgt_in)
     assert isinstance(out, tuple) and len(out) == 2, "Transformer returns (logits, weights)"
     with torch.no_grad():
-        check_close(out[0], ref(src, tgt_in), name="the logits", atol=1e-4)
+        check_close(out[0], ref(src, tgt_in), name="the logits tensor", atol=1e-4)
 
 
 @pytest.mark.points(1, cell="check_transformer")
@@ -269,8 +269,10 @@ def test_transformer_ignores_source_padding(student, rng):
     longer = torch.cat([src, torch.full((src.shape[0], draw(rng, 1, 3)), PAD)], dim=1)
     first, _ = mine(src, tgt_in)
     second, _ = mine(longer, tgt_in)
-    check_close(second, first, name="the logits when the source gets extra padding", atol=1e-5)
-    check_not_constant(first, name="the logits", what="the source and target tokens")
+    check_close(
+        second, first, name="the logits tensor when the source gets extra padding", atol=1e-5
+    )
+    check_not_constant(first, name="the logits tensor", what="the source and target tokens")
 
 
 @pytest.mark.points(1, cell="check_transformer")
@@ -282,9 +284,9 @@ def test_transformer_is_causal(student, rng):
     changed[:, t:] = torch.randint(3, sizes["tgt_vocab_size"], changed[:, t:].shape, generator=rng)
     first, _ = mine(src, tgt_in)
     second, _ = mine(src, changed)
-    check_close(second[:, :t], first[:, :t], name=f"the logits before position {t} when later "
-                "target tokens change", atol=1e-5)  # fmt: skip
-    check_not_constant(first, name="the logits", what="the source and target tokens")
+    check_close(second[:, :t], first[:, :t], name=f"the logits tensor before position {t} "
+                "when later target tokens change", atol=1e-5)  # fmt: skip
+    check_not_constant(first, name="the logits tensor", what="the source and target tokens")
 
 
 def shift_logit(ref: Transformer, token: int, delta: float) -> None:
