@@ -69,11 +69,20 @@ def cmd_build(args: argparse.Namespace, course: Course) -> int:
 
 
 def cmd_mutants(args: argparse.Namespace, course: Course) -> int:
-    from .mutants import mutants
+    from .mutants import catalogued, mutants, overview
 
-    out = Path(args.out) if args.out else course.grading_dir / f"mutants-{args.assignment}.json"
-    return mutants(course, args.assignment, _trusted_options(args), out, names=args.names,
-                   strict=args.strict)  # fmt: skip
+    names = catalogued(course) if args.all else args.assignments
+    if not names or (args.out and len(names) > 1):
+        print("mutants: name one or more assignments, or --all (--out only with one)")
+        return 2
+    options, status, outs = _trusted_options(args), 0, []
+    for name in names:
+        out = Path(args.out) if args.out else course.grading_dir / f"mutants-{name}.json"
+        status |= mutants(course, name, options, out, names=args.names, strict=args.strict)
+        outs.append((name, out))
+    if len(outs) > 1:
+        overview(outs)
+    return status
 
 
 def cmd_release(args: argparse.Namespace, course: Course) -> int:
@@ -213,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("mutants", help="grade the catalogue of usual mistakes; kill/named rates")
-    p.add_argument("assignment")
+    p.add_argument("assignments", nargs="*", help="one or more assignments")
+    p.add_argument("--all", action="store_true", help="every assignment with a mutants.yml")
     p.add_argument("--names", type=int, default=3, help="student names (seeds) per mutant (3)")
     p.add_argument("--strict", action="store_true", help="fail below 100%% killed, 80%% named")
     p.add_argument("--out", help="rows (default grading/mutants-<assignment>.json)")

@@ -1,6 +1,7 @@
 """``mutants``: do the hidden tests catch the usual mistakes, and do the visible checks name them?
 
-    python -m autograder mutants a3_transformer [--names 3] [--jobs 2]
+    python -m autograder mutants a3_transformer [--names 3] [--jobs 2] [--strict]
+    python -m autograder mutants --all --names 5 --strict   # every catalogue, then one table
 
 The catalogue ``autograder/tests/<name>/mutants.yml`` lists mistakes as patches of the reference
 solution, in the format of the samples (``autograder/authoring.py``)::
@@ -61,6 +62,39 @@ def load_catalogue(course: Course, name: str) -> dict[str, dict]:
         if not spec.get("equivalent") and not spec.get("phrase"):
             raise AuthoringError(f"{path}: {mutant}: a mistake needs the phrase a message must say")
     return data
+
+
+def catalogued(course: Course) -> list[str]:
+    """The assignments that have a mutant catalogue."""
+    return sorted(
+        p.parent.name for p in (course.root / "autograder" / "tests").glob("*/mutants.yml")
+    )
+
+
+def rates(table: list[dict]) -> dict:
+    """Counts and rates of a report's rows (the reference row counts as a correct rewrite)."""
+    real = [r for r in table if not r["equivalent"]]
+    equivalent = [r for r in table if r["equivalent"]]
+    return {
+        "mistakes": len(real),
+        "rewrites": len(equivalent) - 1,
+        "kill": sum(r["killed"] for r in real) / len(real) if real else 1.0,
+        "named": sum(r["named"] for r in real) / len(real) if real else 1.0,
+        "not_killed": [r["mutant"] for r in real if not r["killed"]],
+        "seed_dependent": [r["mutant"] for r in table if r["seed_dependent"]],
+        "not_named": [r["mutant"] for r in real if not r["named"]],
+        "wrong_rewrites": [r["mutant"] for r in equivalent if any(r["lost"]) or r["message"]],
+    }
+
+
+def overview(outs: list[tuple[str, Path]]) -> None:
+    """One table for several assignments, from their report files."""
+    print(f"\n{'assignment':<20}  mistakes  rewrites  killed  named  rewrites losing points")
+    for name, out in outs:
+        r = rates(json.loads(out.read_text(encoding="utf-8")))
+        wrong = ", ".join(r["wrong_rewrites"]) or "none"
+        print(f"{name:<20}  {r['mistakes']:>8}  {r['rewrites']:>8}  {r['kill']:>6.0%}  "
+              f"{r['named']:>5.0%}  {wrong}")  # fmt: skip
 
 
 def definitions(nb: nbformat.NotebookNode, label: str) -> dict:
@@ -167,18 +201,18 @@ def report(name: str, table: list[dict], top: float, strict: bool) -> int:
         named = "-" if r["equivalent"] else ("yes" if r["named"] else "no")
         message = (r["message"] or "(all checks pass)").replace("\n", " ")
         print(f"{r['mutant']:<{width}}  {lost:<16}  {killed:<6}  {named:<5}  {message[:110]}")
-    real = [r for r in table if not r["equivalent"]]
-    equivalent = [r for r in table if r["equivalent"]]
-    kill = sum(r["killed"] for r in real) / len(real) if real else 1.0
-    named = sum(r["named"] for r in real) / len(real) if real else 1.0
-    wrong = [r["mutant"] for r in equivalent if any(r["lost"]) or r["message"]]
-    varying = [r["mutant"] for r in table if r["seed_dependent"]]
+    r = rates(table)
+    kill, named, wrong, varying = r["kill"], r["named"], r["wrong_rewrites"], r["seed_dependent"]
     print(
-        f"mutants {name}: {len(real)} mistakes, {len(equivalent) - 1} correct rewrites, "
+        f"mutants {name}: {r['mistakes']} mistakes, {r['rewrites']} correct rewrites, "
         f"out of {top:g} points; kill rate {kill:.0%} (under every name), named rate {named:.0%}"
     )
     if varying:
         print(f"  seed-dependent scores (~): {', '.join(varying)}")
+    if r["not_killed"]:
+        print(f"  mistakes that keep every point under some name: {', '.join(r['not_killed'])}")
+    if r["not_named"]:
+        print(f"  mistakes the visible checks do not name: {', '.join(r['not_named'])}")
     if wrong:
         print(f"  error: correct rewrites that lose points or fail a check: {', '.join(wrong)}")
     failed = bool(wrong) or (strict and (kill < 1.0 or named < 0.8))
