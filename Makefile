@@ -69,8 +69,11 @@ lint: install
 pytest: install
 	$(PY) -m pytest -n 2 --dist loadgroup
 
+## book-smoke: the book built into build_artifacts/book-smoke for the browser tests. It shares the
+## execution cache with `make book` (book/_build/.jupyter_cache, see book/_ext/build_cache.py), so
+## after `make` it executes nothing; on a fresh clone it executes every page once.
 book-smoke: install
-	$(VENV)/bin/jupyter-book build book --warningiserror --nitpick --keep-going --path-output build_artifacts/book-smoke
+	COURSE_EDITION=$(EDITION) $(VENV)/bin/jupyter-book build book --warningiserror --nitpick --keep-going --path-output build_artifacts/book-smoke
 
 ## student-bundle: dist/student/ and dist/student.zip for students: the released notebooks, the
 ## student wheel of course_lib, the student edition of the book (NO_BOOK=1 leaves it out), a README.
