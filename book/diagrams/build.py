@@ -314,14 +314,13 @@ def bert_vs_gpt() -> Figure:
             for i, xi in enumerate(xs):
                 if causal and j > i:
                     continue
-                f.arrow([(xj, bot_y), (xi, top_y + 31)], colour=tint(ORANGE, 0.9), sw=1.1)
+                f.line([(xj, bot_y), (xi, top_y + 30)], colour=tint(ORANGE, 0.9), sw=1.1)
         for i, x in enumerate(xs):
             f.box(x - 30, bot_y, 60, 28, toks[i], kind="token", size=12)
             f.box(x - 30, top_y, 60, 30, f"h{'₁₂₃₄₅'[i]}", kind="attention", size=12)
             if outs[i]:
                 f.arrow([(x, top_y), (x, 55)], colour=GREY, sw=1.2)
                 f.text(x, 44, outs[i], size=12, weight="bold", colour=VERM)
-        f.text(x0 - 12 + 4, 250, "", size=1)
         # allowed (query, key) pairs
         gx, gy, c = x0 + 112, 262, 18
         for q in range(5):
@@ -365,8 +364,8 @@ def vit() -> Figure:
                 rx=0,
             )
             f.text(ix + c * p + p / 2, iy + r * p + p / 2, str(3 * r + c + 1), size=11)
-    f.text(ix + 60, iy - 14, "image, 3 × 3 patches", size=12, colour=MUTED)
-    slot = [205 + 58 * i for i in range(10)]
+    f.text(ix + 60, iy + 3 * p + 15, "image, 3 × 3 patches", size=12, colour=MUTED)
+    slot = [200 + 56 * i for i in range(10)]
     ty = 430
     for i in range(1, 10):  # flattened patches
         f.rect(
@@ -403,10 +402,14 @@ def vit() -> Figure:
         f.box(x + 8, ey, 20, 28, label, kind="token" if i == 0 else "linear", size=13, rx=3)
         if i:
             f.arrow([(x + 18, 364), (x + 18, ey + 29)])
-    f.text(slot[0] - 8, ey + 46, "[CLS]", size=11, colour=MUTED)
-    f.text(slot[0] + 8 - 40, ey + 14, "", size=1)
-    f.text(
-        slot[0] - 30, ey - 12, "position embedding ⊕ token", size=11, anchor="start", colour=MUTED
+    f.text(slot[0] - 8, ey + 46, "learned [CLS]", size=11, colour=MUTED)
+    f.lines(
+        slot[0] - 32,
+        ey + 14,
+        ["position", "embedding", "⊕ token"],
+        size=11,
+        anchor="end",
+        colour=MUTED,
     )
     # encoder
     f.rect(slot[0] - 30, 176, slot[9] - slot[0] + 60, 80, fill="#F4F4F4", stroke="#999999", rx=10)
@@ -439,10 +442,9 @@ def vit() -> Figure:
         anchor="start",
         colour=MUTED,
     )
-    f.box(slot[0] - 30, 94, 100, 32, "MLP head", kind="ffn", size=12)
-    f.arrow([(slot[0] + 20, 94), (slot[0] + 20, 63)])
-    f.box(slot[0] - 30, 30, 100, 32, "class", kind="softmax", size=12)
-    f.legend(20, 20 + 0, [], size=11)
+    f.box(slot[0] - 32, 94, 100, 32, "MLP head", kind="ffn", size=12)
+    f.arrow([(slot[0] + 18, 94), (slot[0] + 18, 63)])
+    f.box(slot[0] - 32, 30, 100, 32, "class", kind="softmax", size=12)
     f.text(slot[0] + 84, 46, "e.g. bird, ball, car …", size=12, anchor="start", colour=MUTED)
     return f
 
@@ -450,7 +452,7 @@ def vit() -> Figure:
 def swin_windows() -> Figure:
     f = Figure(
         760,
-        350,
+        290,
         "Swin Transformer: regular and shifted windows",
         "Three 8 by 8 feature maps of patches. (a) Layer l: the map is cut into 2 by 2 "
         "windows of M by M = 4 by 4 patches and self-attention runs inside each window. (b) "
@@ -475,16 +477,16 @@ def swin_windows() -> Figure:
     ]
     amounts = [0.45, 0.45, 0.35, 0.55, 0.3, 0.35, 0.45, 0.12, 0.15]
 
-    def region(k: int) -> int:  # shifted-window id of row/column k (boundaries at 2 and 6)
+    def region(k: int) -> int:  # shifted-window band of row/column k (borders at 2 and 6)
         return 0 if k < 2 else (1 if k < 6 else 2)
 
-    def draw_map(x0, y0, cell_id, bounds, letters):
+    def draw_map(x0, y0, cell_id, borders, letters):
         for r in range(8):
             for q in range(8):
                 w = cell_id(r, q)
                 fill = tint(OKABE_ITO[colours[w]], amounts[w])
                 f.rect(x0 + q * c, y0 + r * c, c, c, fill=fill, stroke="#FFFFFF", sw=1, rx=0)
-        for b in bounds:  # window borders
+        for b in borders:  # window borders
             f.line([(x0 + b * c, y0), (x0 + b * c, y0 + 8 * c)], colour="#222222", sw=2.5)
             f.line([(x0, y0 + b * c), (x0 + 8 * c, y0 + b * c)], colour="#222222", sw=2.5)
         f.rect(x0, y0, 8 * c, 8 * c, fill="none", stroke="#222222", sw=2.5, rx=0)
@@ -493,15 +495,8 @@ def swin_windows() -> Figure:
 
     y0 = 40
     xa, xb, xc = 30, 300, 570
-    draw_map(
-        xa,
-        y0,
-        lambda r, q: (
-            3 * (r // 4) + (q // 4) * 2 if False else [0, 1, 3, 4][2 * (r // 4) + q // 4] * 2 % 9
-        ),
-        [4],
-        {},
-    )
+    regular = [0, 2, 6, 4]  # colours of the four regular windows
+    draw_map(xa, y0, lambda r, q: regular[2 * (r // 4) + q // 4], [4], {})
     names = "ABCDEFGHI"
 
     def shifted(r, q):
@@ -514,7 +509,7 @@ def swin_windows() -> Figure:
     def rolled(r, q):
         return shifted((r + 2) % 8, (q + 2) % 8)
 
-    # rolled map: rows [0,4) from the middle band, [4,6) bottom band, [6,8) top band
+    # rolled map: rows [0,4) come from the middle band, [4,6) the bottom one, [6,8) the top one
     rc = {1: 2, 2: 5, 0: 7}
     letters_c = {(rc[a], rc[b]): names[3 * a + b] for a in range(3) for b in range(3)}
     draw_map(xc, y0, rolled, [4], letters_c)
@@ -526,123 +521,100 @@ def swin_windows() -> Figure:
     f.text(xb + 80, 22, "(b) layer l + 1", size=14, weight="bold")
     f.text(xc + 80, 22, "(c) cyclic shift", size=14, weight="bold")
     ty = y0 + 8 * c + 24
-    f.lines(
-        xa + 80,
-        ty + 14,
+    notes = [
         ["2 × 2 windows of", "M × M = 4 × 4 patches;", "attention inside", "each window"],
-        size=12,
-        colour=MUTED,
-    )
-    f.lines(
-        xb + 80,
-        ty + 14,
         ["window grid shifted by", "M/2 = 2 patches:", "9 windows A–I", "of uneven sizes"],
-        size=12,
-        colour=MUTED,
-    )
-    f.lines(
-        xc + 80,
-        ty + 14,
         [
             "rolled by (−M/2, −M/2):",
-            "again 2 × 2 windows; a mask",
-            "keeps letters apart",
-            "(then roll back)",
+            "again 2 × 2 windows;",
+            "a mask keeps letters",
+            "apart (then roll back)",
         ],
-        size=12,
-        colour=MUTED,
-    )
+    ]
+    for x0, rows in zip((xa, xb, xc), notes):
+        f.lines(x0 + 80, ty + 14, rows, size=12, colour=MUTED)
     return f
 
 
 def davit() -> Figure:
     f = Figure(
         760,
-        450,
+        530,
         "DaViT's dual attention blocks",
         "A DaViT stage alternates two blocks. Left, the spatial window attention block: a "
-        "convolutional position encoding (3 by 3 depthwise convolution), layer norm, "
-        "multi-head self-attention among the tokens of each window, a residual add, another "
-        "position encoding, layer norm, MLP and residual add. Right, the channel group "
-        "attention block has the same layout, but its attention runs over channels: within "
-        "each group of channels, every channel is a token whose features are all the spatial "
-        "positions. Below each block, a tokens-by-channels matrix shows what attends: rows "
-        "grouped into windows for the spatial block, columns grouped into channel groups for "
-        "the channel block.",
+        "convolutional position encoding (3 by 3 depthwise convolution, with its own "
+        "residual), layer norm, multi-head self-attention among the tokens of each window, a "
+        "residual add, another position encoding, layer norm, MLP and residual add. Right, "
+        "the channel group attention block has the same layout, but its attention runs over "
+        "channels: within each group of channels, every channel is a token whose features "
+        "are all the spatial positions. Above each block, a tokens-by-channels matrix shows "
+        "what attends to what: rows grouped into windows for the spatial block, columns "
+        "grouped into channel groups for the channel block.",
     )
     w = 210
+    xs, xch = 60, 480
 
     def block(x0, title, attn_label):
         cx = x0 + w / 2
-        f.rect(x0 - 26, 36, w + 52, 318, fill="#F4F4F4", stroke="#999999", rx=10)
-        f.text(cx, 20, title, size=14, weight="bold")
+        f.text(cx, 16, title, size=14, weight="bold")
+        f.rect(x0 - 26, 86, w + 52, 366, fill="#F4F4F4", stroke="#999999", rx=10)
         specs = [
-            ("Conv pos. enc. (3×3 dw)", "embedding"),
-            ("Layer norm", "norm"),
-            (attn_label, "attention"),
-            ("Conv pos. enc. (3×3 dw)", "embedding"),
-            ("Layer norm", "norm"),
-            ("MLP", "ffn"),
+            ("Conv pos. enc. (3×3 dw)", "embedding", 410, 28),
+            ("Layer norm", "norm", 360, 28),
+            (attn_label, "attention", 296, 42),
+            ("Conv pos. enc. (3×3 dw)", "embedding", 226, 28),
+            ("Layer norm", "norm", 178, 28),
+            ("MLP", "ffn", 130, 28),
         ]
-        ys = [306, 258, 202, 138, 90, 46]
-        hs = [28, 28, 40, 28, 28, 28]
-        for (label, kind), y, h in zip(specs, ys, hs):
+        for label, kind, y, h in specs:
             f.box(x0, y, w, h, label, kind=kind, size=12)
-        # main path
-        f.arrow([(cx, 372), (cx, 335)])
-        f.arrow([(cx, 306), (cx, 287)])
-        f.arrow([(cx, 258), (cx, 243)])
-        f.arrow([(cx, 202), (cx, 186)])  # into the plus
-        f.plus(cx, 177)
-        f.arrow([(cx, 168), (cx, 167)])
-        f.arrow([(cx, 138), (cx, 119)])
-        f.arrow([(cx, 90), (cx, 75)])
-        f.line([(cx, 46), (cx, 38)])
-        # residuals (drawn on the right)
-        rx = x0 + w + 14
-        f.line([(cx, 296), (rx, 296)], colour=GREY)
-        f.arrow([(rx, 296), (rx, 177), (cx + 10, 177)], colour=GREY)
-        f.plus(cx, 30 + 0)
-        f.line([(cx, 128), (rx, 128)], colour=GREY)
-        f.arrow([(rx, 128), (rx, 30), (cx + 10, 30)], colour=GREY)
+        for y_from, y_to in (
+            (410, 389),
+            (360, 339),
+            (296, 284),
+            (265, 255),
+            (226, 207),
+            (178, 159),
+            (130, 118),
+        ):
+            f.arrow([(cx, y_from), (cx, y_to)])
+        f.plus(cx, 274)
+        f.plus(cx, 108)
+        rx = x0 + w + 14  # residuals, on the right
+        for y_from, y_plus in ((399, 274), (216, 108)):
+            f.line([(cx, y_from), (rx, y_from)], colour=GREY)
+            f.arrow([(rx, y_from), (rx, y_plus), (cx + 10, y_plus)], colour=GREY)
 
-    xs, xch = 50, 470
     block(xs, "Spatial window attention block", "Window self-attention\n(tokens in a window)")
     block(xch, "Channel group attention block", "Channel group attention\n(channels in a group)")
-    # wires: input to spatial, spatial output over to channel input
-    f.arrow([(xs + w / 2, 21 - 4), (xs + w / 2, 21 - 3)], head=False)
-    f.arrow(
-        [(xs + w / 2 + 10, 30), (400, 30), (400, 390), (xch + w / 2, 390), (xch + w / 2, 373)],
-        sw=1.6,
-    )
-    f.text(xs + w / 2, 383, "input: H × W tokens, C channels", size=11, colour=MUTED)
-    f.arrow([(xs + w / 2, 396), (xs + w / 2, 373)])
-    f.text(xch + w / 2 + 10, 30 + 0, "", size=1)
-    f.arrow([(xch + w / 2 + 10, 30), (735, 30), (735, 14)], sw=1.6)
-    f.text(728, 10, "", size=1)
+    scx, ccx = xs + w / 2, xch + w / 2
+    f.arrow([(scx, 492), (scx, 439)])
+    f.text(scx, 506, "input: H × W tokens, C channels", size=11, colour=MUTED)
+    f.arrow([(scx, 99), (scx, 74), (375, 74), (375, 480), (ccx, 480), (ccx, 439)], sw=1.6)
+    f.arrow([(ccx, 99), (ccx, 74), (752, 74)], sw=1.6)
+    f.text(748, 64, "output", size=11, anchor="end", colour=MUTED)
 
-    # what attends: P tokens x C channels matrices
-    def matrix(x0, mode):
-        rows, cols, c = 6, 12, 12
-        y0 = 408
-        for r in range(rows):
-            for q in range(cols):
+    # what attends to what: P tokens (rows) x C channels (columns)
+    def matrix(x0, mode, rows_text):
+        y0, cw, ch = 28, 10, 6
+        for r in range(6):
+            for q in range(12):
                 g = r // 3 if mode == "spatial" else q // 4
                 col = ["orange", "sky", "green"][g]
                 f.rect(
-                    x0 + q * c,
-                    y0 + r * c * 0.55,
-                    c,
-                    c * 0.55,
-                    fill=tint(OKABE_ITO[col], 0.5),
+                    x0 + q * cw,
+                    y0 + r * ch,
+                    cw,
+                    ch,
+                    fill=tint(OKABE_ITO[col], 0.55),
                     stroke="#FFFFFF",
-                    sw=0.8,
+                    sw=0.6,
                     rx=0,
                 )
-        return y0
+        f.lines(x0 + 12 * cw + 8, y0 + 3 * ch, rows_text, size=11, anchor="start", colour=MUTED)
 
-    matrix(xs + w + 44 - 170 - 10 - 200, "spatial") if False else None
-    f.text(380, 430, "", size=1)
+    matrix(xs - 26, "spatial", ["tokens (rows) attend", "within a window"])
+    matrix(xch - 26, "channel", ["channels (columns)", "attend within a group"])
     return f
 
 
@@ -660,38 +632,46 @@ def vilbert_coattention() -> Figure:
     w = 220
     xv, xl = 60, 480
     specs = [
-        ("Multi-head attention", "attention", 290),
-        ("Add & norm", "norm", 232),
-        ("Feed-forward", "ffn", 174),
-        ("Add & norm", "norm", 116),
+        ("Multi-head co-attention", "attention", 262, 40),
+        ("Add & norm", "norm", 206, 34),
+        ("Feed-forward", "ffn", 148, 34),
+        ("Add & norm", "norm", 90, 34),
     ]
-    for x0, name, inp, out, side in (
-        (xv, "Visual stream (image regions)", "H_V⁽ⁱ⁾", "H_V⁽ⁱ⁺¹⁾", "left"),
-        (xl, "Linguistic stream (words)", "H_W⁽ʲ⁾", "H_W⁽ʲ⁺¹⁾", "right"),
-    ):
+    streams = (
+        (xv, "Visual stream (image regions)", "H_{V}^{(i)}", "H_{V}^{(i+1)}", "left"),
+        (xl, "Linguistic stream (words)", "H_{W}^{(j)}", "H_{W}^{(j+1)}", "right"),
+    )
+    for x0, name, inp, out, side in streams:
         cx = x0 + w / 2
-        f.text(cx, 20, name, size=14, weight="bold")
-        for label, kind, y in specs:
-            f.box(x0, y, w, 34, label, kind=kind, size=12)
+        f.text(cx, 14, name, size=14, weight="bold")
+        for label, kind, y, h in specs:
+            f.box(x0, y, w, h, label, kind=kind, size=12)
         f.box(cx - 50, 384, 100, 30, inp, kind="token", size=13)
-        f.box(cx - 50, 44, 100, 30, out, kind="token", size=13)
-        f.arrow([(cx, 384), (cx, 325)])
-        f.text(cx + 6, 362, "Q", size=12, anchor="start", weight="bold")
-        for y_from, y_to in ((290, 267), (232, 209), (174, 151), (116, 75)):
+        f.box(cx - 50, 30, 100, 30, out, kind="token", size=13)
+        f.arrow([(cx, 384), (cx, 303)])
+        for y_from, y_to in ((262, 241), (206, 183), (148, 125), (90, 61)):
             f.arrow([(cx, y_from), (cx, y_to)])
         sx = x0 - 16 if side == "left" else x0 + w + 16
         edge = x0 if side == "left" else x0 + w
-        f.line([(cx, 340), (sx, 340)], colour=GREY)
-        f.arrow([(sx, 340), (sx, 249), (edge, 249)], colour=GREY)
-        f.line([(cx, 220 - 0), (sx, 220)], colour=GREY)
-        f.arrow([(sx, 220), (sx, 133), (edge, 133)], colour=GREY)
+        f.line([(cx, 326), (sx, 326)], colour=GREY)
+        f.arrow([(sx, 326), (sx, 223), (edge, 223)], colour=GREY)
+        f.line([(cx, 194), (sx, 194)], colour=GREY)
+        f.arrow([(sx, 194), (sx, 107), (edge, 107)], colour=GREY)
+        qx, anchor = (cx + 8, "start") if side == "left" else (cx - 8, "end")
+        f.text(qx, 318, "Q", size=13, anchor=anchor, weight="bold")
     # the co-attention exchange: keys and values from the other stream
     vcx, lcx = xv + w / 2, xl + w / 2
-    f.arrow([(vcx, 366), (400, 366), (400, 324), (xl - 1, 324)], colour=BLUE, sw=1.8, halo=True)
-    f.arrow([(lcx, 356), (360, 356), (360, 314), (xv + w + 1, 314)], colour=VERM, sw=1.8, halo=True)
-    f.text(410, 382, "K, V from the image", size=11, anchor="start", colour=BLUE)
-    f.text(350, 344, "K, V from", size=11, anchor="end", colour=VERM)
-    f.text(350, 300, "the words", size=11, anchor="end", colour=VERM)
+    f.arrow([(lcx, 346), (360, 346), (360, 276), (xv + w + 1, 276)], colour=VERM, sw=1.8)
+    f.arrow([(vcx, 362), (400, 362), (400, 290), (xl - 1, 290)], colour=BLUE, sw=1.8, halo=True)
+    f.text(318, 264, "K, V", size=12, colour=VERM, weight="bold")
+    f.text(442, 278, "K, V", size=12, colour=BLUE, weight="bold")
+    f.lines(
+        380,
+        180,
+        ["queries from", "the own stream,", "keys and values", "from the other"],
+        size=11,
+        colour=MUTED,
+    )
     return f
 
 
