@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from svgkit import MUTED, OKABE_ITO, Figure, kind_colours, tint  # noqa: E402
+from svgkit import KINDS, MUTED, OKABE_ITO, Figure, kind_colours, text_width, tint  # noqa: E402, F401
 
 FIGURES = Path(__file__).resolve().parents[1] / "figures"
 GREY = "#555555"
