@@ -430,6 +430,42 @@ def test_mutant_catalogue_applies_and_each_mutant_changes_the_code(name):
             assert first_failure(patched, mutant, set()) is None, f"{mutant} fails a check"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name", [n for n in ASSIGNMENTS if (COURSE.suite_dir(n) / "mutants.yml").exists()]
+)
+def test_mutants_are_killed_under_every_name_and_named(name, tmp_path):
+    """``python -m autograder mutants <name> --names 3 --strict`` (one grading batch): every
+    catalogued mistake loses points under each of three student names, the visible checks name
+    at least 80 % of them, and no correct rewrite loses a point or fails a check."""
+    out_path = tmp_path / "mutants.json"
+    args = ["mutants", name, "--names", "3", "--strict", "--jobs", "2", "--quiet"]
+    out = run([*GRADER, *args, "--out", str(out_path)])
+    assert out_path.exists(), out.stdout[-4000:] + out.stderr[-4000:]
+    table = json.loads(out_path.read_text())
+    real = [r for r in table if not r["equivalent"]]
+    problems = [
+        f"{r['mutant']}: lost {r['lost']} under the three names; tests failed under the first: "
+        + (", ".join(r["failed_tests"]) or "none")
+        for r in real
+        if not r["killed"]
+    ]
+    problems += [
+        f"{r['mutant']} (a correct rewrite): lost {r['lost']}, first message {r['message']!r}"
+        for r in table
+        if r["equivalent"] and (any(r["lost"]) or r["message"])
+    ]
+    named = sum(r["named"] for r in real) / len(real)
+    if named < 0.8:
+        problems += [
+            f"{r['mutant']}: not named (phrase {r['phrase']!r}), first message {r['message']!r}"
+            for r in real
+            if not r["named"]
+        ]
+    assert not problems, f"{name}: named rate {named:.0%}\n" + "\n".join(problems)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+
+
 # --------------------------------------------------------------------------------------------
 # grading: reference, blank, samples
 # --------------------------------------------------------------------------------------------
