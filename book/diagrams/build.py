@@ -24,7 +24,8 @@ def seq2seq_attention() -> Figure:
         760,
         440,
         "Sequence-to-sequence model with additive (Bahdanau) attention",
-        "Encoder RNN states h1 to h4 over the inputs x1 to x4. The previous decoder state "
+        "Bidirectional encoder RNN states h1 to h4 over the inputs x1 to x4. The previous "
+        "decoder state "
         "s(t-1) is scored against every encoder state, the scores e(t,i) go through a softmax "
         "over i to give weights a(t,i), and the context c(t) is the weighted sum of the "
         "encoder states. The decoder state s(t) is computed from s(t-1), the previous output "
@@ -32,12 +33,13 @@ def seq2seq_attention() -> Figure:
     )
     cols = [180 + 95 * i for i in range(4)]
     bw = 60
-    rows = {"y_out": 22, "ctx": 92, "a": 180, "e": 248, "h": 326, "x": 398}
+    rows = {"y_out": 22, "ctx": 92, "a": 180, "e": 248, "h": 326, "h2": 342, "x": 398}
     labels = {
         "ctx": "context",
         "a": "weights",
         "e": "scores",
         "h": "encoder states",
+        "h2": "(bidirectional)",
         "x": "inputs",
     }
     for key, lab in labels.items():
@@ -64,8 +66,10 @@ def seq2seq_attention() -> Figure:
         f.box(cx - 26, rows["x"], 52, 28, f"x{n}", kind="token")
         f.arrow([(cx, rows["x"]), (cx, rows["h"] + 37)])
         f.box(cx - bw / 2, rows["h"], bw, 36, f"h{n}", kind="rnn")
-        if i < 3:
-            f.arrow([(cx + bw / 2, rows["h"] + 26), (cols[i + 1] - bw / 2, rows["h"] + 26)])
+        if i < 3:  # a bidirectional RNN: forward and backward recurrences
+            nx = cols[i + 1] - bw / 2
+            f.arrow([(cx + bw / 2, rows["h"] + 28), (nx, rows["h"] + 28)])
+            f.arrow([(nx, rows["h"] + 19), (cx + bw / 2, rows["h"] + 19)])
         f.arrow([(cx - 12, rows["h"]), (cx - 12, rows["e"] + 33)])
         f.box(cx - bw / 2, rows["e"], bw, 32, f"eₜ,{'₁₂₃₄'[i]}", kind="attention")
         f.arrow([(cx, rows["e"]), (cx, rows["a"] + 33)])
@@ -95,9 +99,9 @@ def seq2seq_attention() -> Figure:
     f.text(dec_x + 8, rows["e"] + 16, "decoder", size=12, anchor="start", colour=MUTED)
     f.text(dec_x + 8, rows["e"] + 32, "state", size=12, anchor="start", colour=MUTED)
     f.text(
-        cols[0] - 26,
+        140,
         rows["y_out"] + 15,
-        "scores eₜ,ᵢ = f_att(sₜ₋₁, hᵢ)",
+        "eₜ,ᵢ = f_{att}(sₜ₋₁, hᵢ),  aₜ,ᵢ = softmaxᵢ(eₜ,ᵢ),  sₜ = g(yₜ₋₁, sₜ₋₁, cₜ)",
         size=12,
         anchor="start",
         colour=MUTED,
