@@ -277,8 +277,8 @@ def transformer() -> Figure:
     f.box(dx, 8, w, 30, "Softmax", kind="softmax", size=12)
     f.text(dx + w + 12, 17, "next-token", size=11, anchor="start", colour=MUTED)
     f.text(dx + w + 12, 31, "probabilities", size=11, anchor="start", colour=MUTED)
-    f.legend(20, 20, ["attention", "ffn", "norm"], size=11)
-    f.legend(20, 42, ["embedding", "linear", "softmax"], size=11)
+    f.legend(20, 20, ["attention", "ffn", "norm"], size=11, step=150)
+    f.legend(20, 42, ["embedding", "linear", "softmax"], size=11, step=150)
     return f
 
 
@@ -450,6 +450,8 @@ def vit() -> Figure:
     f.arrow([(slot[0] + 18, 94), (slot[0] + 18, 63)])
     f.box(slot[0] - 32, 30, 100, 32, "class", kind="softmax", size=12)
     f.text(slot[0] + 84, 46, "e.g. bird, ball, car …", size=12, anchor="start", colour=MUTED)
+    f.legend(320, 92, ["embedding", "linear", "attention"], size=11, step=150)
+    f.legend(320, 114, ["norm", "ffn", "softmax"], size=11, step=150)
     return f
 
 

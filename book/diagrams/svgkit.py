@@ -185,8 +185,8 @@ class Figure:
         self.line([(cx - r + 3, cy), (cx + r - 3, cy)], sw=1.3)
         self.line([(cx, cy - r + 3), (cx, cy + r - 3)], sw=1.3)
 
-    def legend(self, x, y, kinds, size=12):
-        """Swatches for the layer kinds used, in a row starting at (x, y)."""
+    def legend(self, x, y, kinds, size=12, step=None):
+        """Swatches for the layer kinds used, in a row from (x, y); ``step``: fixed spacing."""
         names = {
             "attention": "attention",
             "ffn": "feed-forward / MLP",
@@ -200,7 +200,7 @@ class Figure:
             fill, stroke = kind_colours(kind)
             self.rect(x, y - 7, 14, 14, fill=fill, stroke=stroke, sw=1.3, rx=3)
             self.text(x + 19, y, names[kind], size=size, anchor="start", colour=MUTED)
-            x += 19 + text_width(names[kind], size) * 0.92 + 18
+            x += step or 19 + text_width(names[kind], size) * 0.92 + 18
 
     # -- output -------------------------------------------------------------------------------
     def svg(self) -> str:
