@@ -369,3 +369,16 @@ def test_launch_notebook_markdown_keeps_embargoed_prose_out():
     assert "(vaswani2017)" in text and "{" not in text.replace("{numref", "")
     assert "![A drawing](https://example.org/book/_images/t.svg)" in text
     assert "<details><summary>Source</summary>" in text and "def f" not in text
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
+def test_code_cells_fit_in_88_columns(page):
+    """Nothing scrolls sideways at 1400 px: code cells keep to 88 columns (the browser test
+    checks the rendered pages, outputs included)."""
+    long = [
+        line
+        for cell in _code_cells(page.read_text(encoding="utf-8"))
+        for line in re.sub(r"\A---\n.*?^---\n", "", cell, flags=re.S | re.M).splitlines()
+        if len(line) > 88 and not re.match(r":[\w-]+:", line)
+    ]
+    assert not long, f"{_rel(page)}: {len(long)} code lines over 88 columns, e.g. {long[0]!r}"
