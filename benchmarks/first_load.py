@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import functools
 import http.server
+import re
 import shutil
 import tempfile
 import threading
@@ -91,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-v", "--verbose", action="store_true", help="list every resource")
     args = parser.parse_args(argv)
     pages = args.page or ["index.html"]
+    index = args.html / "index.html"  # Jupyter Book's index.html only redirects to the root page
+    refresh = re.search(r'http-equiv="Refresh"[^>]*url=([^"]+)"', index.read_text())
+    pages = [refresh.group(1) if p == "index.html" and refresh else p for p in pages]
     maps = sorted(args.html.rglob("*.map"))
     print(f"{args.html}: {len(maps)} .map files, {sum(p.stat().st_size for p in maps):,} bytes")
     httpd, base = serve(args.html)
