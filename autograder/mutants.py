@@ -89,11 +89,11 @@ def rates(table: list[dict]) -> dict:
 
 def overview(outs: list[tuple[str, Path]]) -> None:
     """One table for several assignments, from their report files."""
-    print(f"\n{'assignment':<20}  mistakes  rewrites  killed  named  rewrites losing points")
+    print(f"\n{'assignment':<24}  mistakes  rewrites  killed  named  rewrites losing points")
     for name, out in outs:
         r = rates(json.loads(out.read_text(encoding="utf-8")))
         wrong = ", ".join(r["wrong_rewrites"]) or "none"
-        print(f"{name:<20}  {r['mistakes']:>8}  {r['rewrites']:>8}  {r['kill']:>6.0%}  "
+        print(f"{name:<24}  {r['mistakes']:>8}  {r['rewrites']:>8}  {r['kill']:>6.0%}  "
               f"{r['named']:>5.0%}  {wrong}")  # fmt: skip
 
 
