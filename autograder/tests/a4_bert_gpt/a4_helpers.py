@@ -71,9 +71,9 @@ def random_text(rng: torch.Generator, length: int) -> str:
 
 def reference_gpt(rng: torch.Generator, **overrides: int) -> ref_gpt.GPT:
     """A course_lib GPT (manual attention path) with random sizes and weights, in eval mode."""
-    n_head = draw(rng, 1, 3)
+    n_head = draw(rng, 2, 4)  # several heads (sqrt(C) != sqrt(D)) and layers (per-layer caches)
     sizes = dict(
-        vocab_size=draw(rng, 20, 60), block_size=draw(rng, 24, 40), n_layer=draw(rng, 1, 3),
+        vocab_size=draw(rng, 20, 60), block_size=draw(rng, 24, 40), n_layer=draw(rng, 2, 3),
         n_head=n_head, n_embd=n_head * 2 * draw(rng, 2, 5),
     )  # fmt: skip
     sizes.update(overrides)

@@ -92,6 +92,17 @@ def test_special_tokens_never_chosen(student, rng):
 
 @pytest.mark.points(1, cell="check_mask_tokens")
 def test_selection_rate(student, rng):
+    ids = torch.randint(5, 50, (8, 64), generator=rng)
+    seed = draw(rng, 0, 10**6)
+    twice = [
+        student.mask_tokens(ids, vocab_size=50, mask_id=4, special_ids=[0, 1, 2, 3],
+                            generator=torch.Generator().manual_seed(seed))
+        for _ in range(2)
+    ]  # fmt: skip
+    assert all(torch.equal(a.long(), b.long()) for a, b in zip(*twice)), (
+        "the same seeded generator gave different results: draw every random number from "
+        "`generator`"
+    )
     for prob in (None, 0.35):
         ids, inputs, labels, special, _, _ = masked_call(student, rng, prob=prob)
         chosen = labels != -100
@@ -156,14 +167,14 @@ def reference_segments(ids: Tensor, sep: int, pad: int) -> Tensor:
 
 def segment_batch(rng: torch.Generator, *, single: bool) -> tuple[Tensor, int, int]:
     V = draw(rng, 20, 100)
-    cls, sep, pad = torch.randperm(V, generator=rng)[:3].tolist()
+    cls, sep, pad = (torch.randperm(V - 1, generator=rng)[:3] + 1).tolist()  # id 0 is ordinary
     ordinary = torch.tensor([i for i in range(V) if i not in (cls, sep, pad)])
     rows = []
     for _ in range(draw(rng, 3, 8)):
         a = ordinary[torch.randint(len(ordinary), (draw(rng, 1, 5),), generator=rng)].tolist()
         b = ordinary[torch.randint(len(ordinary), (draw(rng, 1, 5),), generator=rng)].tolist()
         rows.append([cls, *a, sep] + ([] if single else [*b, sep]))
-    T = max(len(row) for row in rows) + draw(rng, 0, 4)
+    T = max(len(row) for row in rows) + draw(rng, 1, 4)  # every row ends in padding
     return torch.tensor([row + [pad] * (T - len(row)) for row in rows]), sep, pad
 
 

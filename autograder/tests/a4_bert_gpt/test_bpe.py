@@ -40,10 +40,16 @@ def test_count_pairs(student, rng):
 
 @pytest.mark.points(1, cell="check_merge_pair")
 def test_merge_pair(student, rng):
-    for _ in range(12):
+    for trial in range(12):
         ids = [draw(rng, 1, 3) for _ in range(draw(rng, 0, 12))]
         pair = (draw(rng, 1, 3), draw(rng, 1, 3))
+        if trial < 3:  # a run of an odd length >= 3 of a doubled id: occurrences would overlap
+            a = draw(rng, 1, 3)
+            pair = (a, a)
+            ids = ids[: draw(rng, 0, 3)] + [a] * (2 * draw(rng, 1, 3) + 1) + [4]
+        original = list(ids)
         got = as_ids(student.merge_pair(ids, pair, 99), "merge_pair")
+        assert ids == original, "merge_pair modified its input list: return a new list"
         want = bpe.merge_pair(ids, pair, 99)
         assert got == want, f"merge_pair({ids}, {pair}, 99) returned {got}, expected {want}"
 
@@ -114,6 +120,9 @@ def test_round_trip(student, rng):
         ids = tokenizer(merges).encode(text, allowed_special=False)
         got = student.bpe_decode(ids, merges)
         assert got == text, f"bpe_decode(ids of {text!r}) returned {got!r}"
+    raw = list("日🦊é".encode())  # one byte id each: only the joined bytes decode
+    got = student.bpe_decode(raw, merges)
+    assert got == "日🦊é", f"bpe_decode of the byte ids of '日🦊é' returned {got!r}"
 
 
 @pytest.mark.points(1, cell="check_bpe_decode")

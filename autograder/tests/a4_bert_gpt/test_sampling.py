@@ -43,7 +43,10 @@ def test_top_k(student, rng):
     for shape in ((draw(rng, 1, 4), draw(rng, 5, 30)), (2, 3, draw(rng, 5, 30))):
         logits = torch.randn(*shape, generator=rng) * 3
         k = draw(rng, 1, shape[-1])
-        same_filter(student.top_k_filter(logits, k), ref_gpt.top_k_filter(logits, k),
+        original = logits.clone()
+        got = student.top_k_filter(logits, k)
+        assert torch.equal(logits, original), "top_k_filter changed its input: return a new tensor"
+        same_filter(got, ref_gpt.top_k_filter(logits, k),
                     f"top_k_filter(logits {shape}, k={k})")  # fmt: skip
 
 
@@ -62,8 +65,10 @@ def test_top_p(student, rng):
     for _ in range(3):
         logits = torch.randn(draw(rng, 1, 4), draw(rng, 5, 30), generator=rng) * 2
         p = float(torch.rand((), generator=rng)) * 0.9 + 0.05
-        same_filter(student.top_p_filter(logits, p), ref_gpt.top_p_filter(logits, p),
-                    f"top_p_filter(logits, p={p:.3f})")  # fmt: skip
+        original = logits.clone()
+        got = student.top_p_filter(logits, p)
+        assert torch.equal(logits, original), "top_p_filter changed its input: return a new tensor"
+        same_filter(got, ref_gpt.top_p_filter(logits, p), f"top_p_filter(logits, p={p:.3f})")
 
 
 @pytest.mark.points(1, cell="check_top_p_filter")
@@ -102,6 +107,13 @@ def test_sample_top_k(student, rng):
     k = draw(rng, 2, 6)
     ids, logits = draws(student, rng, top_k=k)
     frequencies_match(ids, expected_probs(logits, top_k=k), f"sample_next_token(top_k={k})")
+    seed = draw(rng, 0, 10**6)
+    rows = logits.expand(50, -1).clone()
+    a, b = (student.sample_next_token(rows, generator=torch.Generator().manual_seed(seed))
+            for _ in range(2))  # fmt: skip
+    assert torch.equal(a, b), (
+        "the same seeded generator gave different samples: pass `generator` to torch.multinomial"
+    )
 
 
 @pytest.mark.points(1, cell="check_sample_next_token")
@@ -113,8 +125,20 @@ def test_sample_top_p(student, rng):
 
 @pytest.mark.points(1, cell="check_sample_next_token")
 def test_sample_all_three_in_order(student, rng):
-    k, p, t = draw(rng, 3, 7), float(torch.rand((), generator=rng)) * 0.4 + 0.4, 1.7
-    ids, logits = draws(student, rng, temperature=t, top_k=k, top_p=p)
+    t = 1.7
+    for _ in range(200):  # inputs where another order keeps other tokens
+        V = draw(rng, 8, 20)
+        logits = torch.randn(V, generator=rng) * 1.5
+        k, p = draw(rng, 3, 7), float(torch.rand((), generator=rng)) * 0.4 + 0.4
+        support = torch.isfinite(ref_gpt.top_p_filter(ref_gpt.top_k_filter(logits / t, k), p))
+        others = (
+            ref_gpt.top_k_filter(ref_gpt.top_p_filter(logits / t, p), k),  # top-p first
+            ref_gpt.top_p_filter(ref_gpt.top_k_filter(logits, k), p),  # temperature last
+        )
+        if all(not torch.equal(torch.isfinite(z), support) for z in others):
+            break
+    ids = student.sample_next_token(logits.expand(DRAWS, V).clone(), temperature=t, top_k=k,
+                                    top_p=p)  # fmt: skip
     frequencies_match(ids, expected_probs(logits, t, top_k=k, top_p=p),
                       f"sample_next_token(temperature={t}, top_k={k}, top_p={p:.3f}) (divide by "
                       "the temperature first, then top-k, then top-p)")  # fmt: skip
@@ -126,7 +150,7 @@ def test_generate_greedy(student, rng):
     reference = reference_gpt(rng)
     mine = student_gpt(student, reference)
     c = reference.config
-    T, new = draw(rng, 1, 6), draw(rng, 4, 12)
+    T, new = draw(rng, 2, 6), draw(rng, 4, 12)  # a prompt of 2+: its last position matters
     prompt = torch.randint(c.vocab_size, (draw(rng, 1, 3), T), generator=rng)
     want = reference.generate(prompt, new, greedy=True)
     got = student.generate(mine, prompt, new, greedy=True)
@@ -144,13 +168,20 @@ def test_generate_top_k_one_and_length_limit(student, rng):
     reference = reference_gpt(rng)
     mine = student_gpt(student, reference)
     c = reference.config
-    prompt = torch.randint(c.vocab_size, (2, draw(rng, 1, 5)), generator=rng)
+    prompt = torch.randint(c.vocab_size, (2, draw(rng, 2, 5)), generator=rng)
     new = c.block_size - prompt.shape[1]
     want = reference.generate(prompt, new, greedy=True)
     got = student.generate(mine, prompt, new, top_k=1, temperature=0.7)
     assert isinstance(got, Tensor) and torch.equal(got, want), (
         "sampling with top_k=1 up to exactly block_size tokens should give the greedy tokens"
     )
+    t, k = (0.5, draw(rng, 3, 6)) if draw(rng, 0, 1) else (1.6, draw(rng, 3, 6))
+    with torch.no_grad():
+        last = reference(prompt[:1])[0, -1]
+    got = student.generate(mine, prompt[:1].expand(8000, -1).clone(), 1, temperature=t, top_k=k)
+    frequencies_match(got[:, -1:], expected_probs(last, t, top_k=k),
+                      f"the first token of generate(..., temperature={t}, top_k={k}) (pass the "
+                      "sampling options on to sample_next_token)")  # fmt: skip
     error = raised(lambda: student.generate(mine, prompt, new + 1, greedy=True))
     assert error == "ValueError", (
         f"generating past block_size={c.block_size} should raise ValueError, "
