@@ -185,6 +185,7 @@ def attention_pair(student, rng):
     mine = student.BahdanauAttention(query_dim=S, key_dim=C, attention_dim=A)
     mine.load_state_dict(ref.state_dict())
     B, T = draw(rng, 2, 5), draw(rng, 2, 9)
+    T += T == C  # T != C: the context (B, C) and the weights (B, T) cannot be confused
     s, h = torch.randn(B, S, generator=rng), torch.randn(B, T, C, generator=rng)
     return ref, mine, s, h, random_mask(rng, (B, T))
 
@@ -224,6 +225,7 @@ def decoder_pair(student, rng):
     mine = student.AttentionDecoder(**sizes)
     mine.load_state_dict(ref.state_dict())
     B, T = draw(rng, 2, 5), draw(rng, 2, 8)
+    T += T == sizes["context_dim"]  # T != C: the context and the weights cannot be confused
     y = torch.randint(3, sizes["vocab_size"], (B,), generator=rng)
     s = torch.randn(B, sizes["hidden_dim"], generator=rng)
     h = torch.randn(B, T, sizes["context_dim"], generator=rng)
@@ -370,6 +372,8 @@ def test_greedy_decode_matches_reference(student, rng):
         ref, mine, sizes = model_pair(student, rng, dtype=torch.float64)
         src, lengths = padded(rng, draw(rng, 4, 8), draw(rng, 3, 9), sizes["src_vocab_size"])
         max_len = draw(rng, 5, 9)
+        with torch.no_grad():  # logits that depend strongly on the state: varied tokens
+            ref.decoder.out.weight.mul_(4.0)
         if varied_eos(ref, src, lengths, max_len):
             break
     else:
@@ -400,6 +404,11 @@ def test_greedy_decode_stopping(student, rng):
     tokens, _ = student.greedy_decode(mine, src, lengths, max_len)
     assert tokens.shape == (src.shape[0], max_len), (
         f"without [EOS] greedy_decode should run max_len={max_len} steps, got {tuple(tokens.shape)}"
+    )
+    expected = ref.greedy_decode(src, src_lengths=lengths, max_len=max_len)
+    assert torch.equal(tokens.long(), expected), (
+        f"without [EOS], the greedy tokens differ from the reference's:\n{tokens.tolist()}\n"
+        f"expected\n{expected.tolist()}"
     )
     set_eos_bias(ref, mine, 2e4)  # always [EOS] first: stops after one step
     tokens, _ = student.greedy_decode(mine, src, lengths, max_len)
