@@ -107,13 +107,6 @@ def test_sample_top_k(student, rng):
     k = draw(rng, 2, 6)
     ids, logits = draws(student, rng, top_k=k)
     frequencies_match(ids, expected_probs(logits, top_k=k), f"sample_next_token(top_k={k})")
-    seed = draw(rng, 0, 10**6)
-    rows = logits.expand(50, -1).clone()
-    a, b = (student.sample_next_token(rows, generator=torch.Generator().manual_seed(seed))
-            for _ in range(2))  # fmt: skip
-    assert torch.equal(a, b), (
-        "the same seeded generator gave different samples: pass `generator` to torch.multinomial"
-    )
 
 
 @pytest.mark.points(1, cell="check_sample_next_token")
