@@ -731,8 +731,13 @@ def check_sample_next_token(fn: Callable[..., Any]) -> None:
         if "top_p" in kwargs:
             z = _gpt().top_p_filter(z, kwargs["top_p"])
         want = torch.softmax(z, dim=-1).double()
+        order = ""
+        if "top_p" in kwargs and "temperature" in kwargs:
+            order = " Divide by the temperature BEFORE the top-p filter."
+        elif "top_p" in kwargs and "top_k" in kwargs:
+            order = " Apply top-k first, then top-p to what is left."
         if (freq[want == 0] > 0).any():
-            raise CheckFailed(f"with {kwargs} a filtered-out token was sampled")
+            raise CheckFailed(f"with {kwargs} a filtered-out token was sampled.{order}")
         worst = (freq - want).abs().max().item()
         if worst > 0.02:
             hint = ""
