@@ -108,7 +108,7 @@ class MultiHead(nn.Module):
 
 def test_multihead_against_torch():
     diagnose_multihead(MultiHead(8, 2), embed_dim=8, num_heads=2)
-    with pytest.raises(CheckFailed, match="differs"):
+    with pytest.raises(CheckFailed, match="wrong values"):
         diagnose_multihead(MultiHead(8, 2, scale_by_embed=True), embed_dim=8, num_heads=2)
 
 

@@ -50,7 +50,7 @@ def check_shape(
     named = f" = ({', '.join(dims)})" if dims else ""
     if len(got) != len(want):
         raise CheckFailed(
-            f"{name} has {len(got)} dimensions {got}, expected {len(want)}: "
+            f"wrong number of dimensions in {name}: got {len(got)}, {got}, expected {len(want)}: "
             f"{_fmt_shape(want)}{named}. Check for a missing or extra unsqueeze / squeeze / "
             "reduction."
         )
@@ -65,7 +65,7 @@ def check_shape(
         for i in wrong
     )
     raise CheckFailed(
-        f"{name} has shape {got}, expected {_fmt_shape(want)}{named}: {details}.{hint}"
+        f"wrong shape for {name}: got {got}, expected {_fmt_shape(want)}{named}: {details}.{hint}"
     )
 
 
@@ -118,10 +118,10 @@ def check_close(
         return
     for description, wrong in (mistakes or {}).items():
         if close(actual, wrong, atol=atol, rtol=rtol):
-            raise CheckFailed(f"{name} is wrong: it matches what you get when {description}")
+            raise CheckFailed(f"wrong values in {name}: this is what you get when {description}")
     diff = (actual.double() - expected.double()).abs()
     raise CheckFailed(
-        f"{name} differs from the expected values: largest difference {diff.max().item():.3g} "
+        f"wrong values in {name}: largest difference {diff.max().item():.3g} "
         f"at index {_where(diff)} (got {actual.flatten()[diff.argmax()].item():.5g}, expected "
         f"{expected.flatten()[diff.argmax()].item():.5g}); tolerance atol={atol:g}, rtol={rtol:g}."
     )
