@@ -267,8 +267,9 @@ def attention_overlay(
     *,
     grid_size: tuple[int, int] | None = None,
     alpha: float = 0.5,
-    cmap: str = "jet",
+    cmap: str = "viridis",
     title: str | None = None,
+    colorbar: bool = False,
 ) -> Axes:
     """Show where a query looks in an image: the attention map stretched over the image.
 
@@ -277,6 +278,8 @@ def attention_overlay(
         weights: (h, w) attention over the h × w patch grid, or flat (h * w,); a flat map is taken
             as square unless ``grid_size=(h, w)`` is given. Drop a [CLS] entry first.
         alpha: opacity of the attention layer.
+        colorbar: draw this panel's colorbar for the attention weights; for a grid of panels
+            share one instead (``fig.colorbar(axes[0].images[-1], ax=axes)``).
     Returns:
         The Axes.
     """
@@ -302,7 +305,7 @@ def attention_overlay(
     ax = _new_axes(ax, figsize=(4, 4))
     _show_image(ax, img)
     # Bilinear upsampling of the coarse map to the image's extent.
-    ax.imshow(
+    overlay = ax.imshow(
         w,
         cmap=cmap,
         alpha=alpha,
@@ -310,6 +313,8 @@ def attention_overlay(
         interpolation="bilinear",
     )
     ax.set_axis_off()
+    if colorbar:
+        ax.figure.colorbar(overlay, ax=ax, fraction=0.046, pad=0.04, label="attention weight")
     if title:
         ax.set_title(title)
     return ax

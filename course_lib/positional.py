@@ -3,9 +3,10 @@
 - Sinusoidal encodings (Vaswani et al., 2017, Sec. 3.5): PE[t, 2k] = sin(omega_k t),
   PE[t, 2k + 1] = cos(omega_k t), with omega_k = 1 / 10000^(2k / d).
 - A learned absolute table (as in BERT and GPT-2): one trainable vector per position.
-- A learned relative-position bias (Shaw, Uszkoreit & Vaswani, 2018, "Self-Attention with
-  Relative Position Representations"; the scalar-per-head form of Raffel et al., 2020, T5):
-  a trainable number per head and per clipped distance j - i, added to the attention scores.
+- A learned relative-position bias: a trainable number per head and per clipped distance j - i,
+  added to the attention scores. It simplifies Shaw, Uszkoreit & Vaswani, 2018 ("Self-Attention
+  with Relative Position Representations"), who add learned vectors to the keys (and values),
+  and T5 (Raffel et al., 2020), whose scalar biases bucket distances logarithmically.
 
 Shape legend: B batch, T tokens (T_q queries, T_k keys), C channels, H heads.
 """

@@ -197,3 +197,10 @@ def test_book_style_sets_svg_and_a_colour_blind_safe_map():
         assert mpl.rcParams["image.cmap"] == "viridis"
         assert mpl.rcParams["figure.dpi"] >= 150
         assert mpl.rcParams["figure.constrained_layout.use"]
+
+
+def test_attention_overlay_colour_blind_safe_with_optional_colorbar():
+    ax = plot.attention_overlay(torch.rand(3, 16, 16), torch.rand(4, 4), colorbar=True)
+    assert ax.images[-1].get_cmap().name == "viridis"
+    assert len(ax.figure.axes) == 2  # the panel and its colorbar
+    plt.close(ax.figure)
