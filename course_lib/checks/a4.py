@@ -783,6 +783,23 @@ def check_generate(fn: Callable[..., Any], cls: type) -> None:
             "exactly max_new_tokens = 10"
         )
     check_shape(got, (2, 15), name="generate(model, prompt, 10)", dims=("B", "T + new"))
+    calls: list[tuple[int, bool]] = []
+
+    class Recorder(nn.Module):  # the student's model, recording what each call receives
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner, self.block_size = mine, mine.block_size
+
+        def forward(self, idx: Tensor, past_kv: Any = None) -> Any:
+            calls.append((idx.shape[1], past_kv is not None))
+            return self.inner(idx, past_kv)
+
+    fn(Recorder(), prompt, 4, greedy=True)
+    if any(not cached for _, cached in calls[1:]):
+        raise CheckFailed(
+            "after the prompt, generate calls the model without past_kv: pass the cache back, "
+            "model(next_id, past_kv)"
+        )
     if not torch.equal(got[:, :5], prompt):
         raise CheckFailed("the output should start with the prompt")
     if not torch.equal(got, want):

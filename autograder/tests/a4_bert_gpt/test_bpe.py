@@ -104,6 +104,11 @@ def test_encode_corpus(student, rng):
 
 @pytest.mark.points(1, cell="check_bpe_encode")
 def test_encode_unicode_and_whitespace(student, rng):
+    spaces = reference_merges("a" + "    b" * draw(rng, 2, 4), 3)  # merge 0 joins two spaces
+    text = f"{random_text(rng, 3).split()[0]}  {random_text(rng, 3).split()[0]}"
+    got = as_ids(student.bpe_encode(text, spaces), "bpe_encode")
+    want = tokenizer(spaces).encode(text, allowed_special=False)
+    assert got == want, f"bpe_encode({text!r}) returned {got}, expected {want} (pre-tokenize)"
     merges = reference_merges(" ".join([random_text(rng, 120)] * 3), draw(rng, 30, 60))
     for _ in range(5):
         text = random_text(rng, draw(rng, 5, 60))
