@@ -37,6 +37,7 @@ $(STAMP): pyproject.toml
 ## book: build the Jupyter Book to book/_build/html (warnings are errors); EDITION=instructor
 ## shows the graded objects' code too.
 book: install
+	$(PY) book/scripts/execute_pages.py
 	COURSE_EDITION=$(EDITION) $(VENV)/bin/jupyter-book build book --warningiserror --nitpick --keep-going
 
 ## new-assignment: scaffold a complete assignment (text source, hidden suite, visible checks,
@@ -71,8 +72,10 @@ pytest: install
 
 ## book-smoke: the book built into build_artifacts/book-smoke for the browser tests. It shares the
 ## execution cache with `make book` (book/_build/.jupyter_cache, see book/_ext/build_cache.py), so
-## after `make` it executes nothing; on a fresh clone it executes every page once.
+## after `make` it executes nothing; on a fresh clone it executes every page once. Both first run
+## book/scripts/execute_pages.py: the pages execute in parallel (one kernel per core) into that cache.
 book-smoke: install
+	$(PY) book/scripts/execute_pages.py
 	COURSE_EDITION=$(EDITION) $(VENV)/bin/jupyter-book build book --warningiserror --nitpick --keep-going --path-output build_artifacts/book-smoke
 
 ## student-bundle: dist/student/ and dist/student.zip for students: the released notebooks, the

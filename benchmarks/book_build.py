@@ -1,6 +1,7 @@
 """How long the book takes to build: a cold build, the warm rebuild `make test` does, per page.
 
-Runs the same command as ``make book`` (``jupyter-book build book --warningiserror --nitpick
+Runs the same commands as ``make book`` (``book/scripts/execute_pages.py``, which executes the
+pages in parallel into the cache, then ``jupyter-book build book --warningiserror --nitpick
 --keep-going``) three times, each into a folder of its own under ``--output``:
 
 1. **cold**: a fresh output folder and an empty execution cache; every page is executed, then
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -95,10 +97,14 @@ def build(output: Path, log: Path, cache: Path, cpus: int | None = None) -> tupl
 
     Afterwards ``build.kernel_cpu`` maps each executed page to its kernel's CPU seconds.
     """
-    command = [
+    # As `make book`: the pages are executed in parallel into the cache first
+    # (book/scripts/execute_pages.py), then the build renders them.
+    build_book = [
         _jupyter_book(), "build", str(BOOK), "--warningiserror", "--nitpick", "--keep-going",
         "--path-output", str(output),
     ]  # fmt: skip
+    execute = [sys.executable, str(BOOK / "scripts" / "execute_pages.py")]
+    command = ["bash", "-c", f"{shlex.join(execute)} && {shlex.join(build_book)}"]
     env = {
         **os.environ,
         "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", ""),
