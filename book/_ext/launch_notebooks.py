@@ -20,16 +20,29 @@ Pages workflow (``.github/workflows/pages.yml``) deploys the site to (``launch_s
 ``binder/requirements.txt`` (the course library) and ``.nojekyll`` (GitHub Pages then serves the
 folders whose names start with ``_``).
 
+What the first cell installs depends on the edition (``embargo_edition.py``). The student
+edition ships the *student wheel* of the course library with the site
+(``_notebooks/course_lib-<version>+student-py3-none-any.whl``, built by
+``autograder.embargo.build_wheel``: the graded functions raise "You implement this in A3, part 1"
+until their solutions are released), and installs it from the site: the launch buttons work
+whether or not the instructor's repository is public, and they never hand out the answers. The
+instructor edition installs ``course_lib`` from the repository. The wheel is built once per
+content of the library, the assignments and the schedule, and kept beside the execution cache.
+
 Settings (``sphinx.config`` in ``_config.yml``): ``launch_site_branch``, ``launch_site_url``
-(default ``https://<org>.github.io/<repo>/``), ``launch_install`` (default
-``course_lib @ git+<repository_url>@<repository_branch>``).
+(default ``https://<org>.github.io/<repo>/``), ``launch_install`` (overrides both defaults:
+``course_lib @ <site>/_notebooks/<student wheel>`` in the student edition,
+``course_lib @ git+<repository_url>@<repository_branch>`` in the instructor edition).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 import re
+import shutil
+import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
@@ -44,7 +57,7 @@ DROPPED = {"bibliography", "toctree", "tableofcontents", "eval-rst", "glossary",
 
 INSTALL_CELL = """\
 # Colab and other fresh environments: install the course library unless it is already there.
-import importlib.util
+{note}import importlib.util
 import subprocess
 import sys
 
@@ -66,9 +79,21 @@ def _repo(app) -> tuple[str, str, str]:
 def install_spec(app) -> str:
     if app.config.launch_install:
         return app.config.launch_install
+    wheel = getattr(app, "_course_student_wheel", None)
+    if wheel is not None:
+        return f"course_lib @ {site_url(app)}{NOTEBOOKS}/{wheel.name}"
     url, _, _ = _repo(app)
     branch = app.config.html_theme_options.get("repository_branch") or "main"
     return f"course_lib @ git+{url}@{branch}"
+
+
+def _install_note(app) -> str:
+    if getattr(app, "_course_student_wheel", None) is None:
+        return ""
+    return (
+        "# Student edition: the functions you write in the assignments raise NotImplementedError\n"
+        '# ("You implement this in A3, part 1") until their solutions are released.\n'
+    )
 
 
 def site_url(app) -> str:
@@ -275,7 +300,9 @@ def make_notebook(app, pagename: str) -> dict:
     converter = _Converter(app, pagename)
     cells = [
         nbformat.v4.new_code_cell(
-            INSTALL_CELL.format(spec=json.dumps(install_spec(app))).rstrip(),
+            INSTALL_CELL.format(
+                spec=json.dumps(install_spec(app)), note=_install_note(app)
+            ).rstrip(),
             metadata={"tags": ["install"]},
         )
     ]
@@ -321,10 +348,53 @@ def _write_notebook_and_fix_buttons(app, pagename, templatename, context, doctre
                 button["url"] = urls[button["text"]]
 
 
+# --- the student wheel ---------------------------------------------------------------------------
+
+WHEEL_INPUTS = ("course_lib/**/*.py", "autograder/**/*.py", "solutions/*/*.md", "course.yml",
+                "pyproject.toml")  # fmt: skip
+
+
+def _student_edition(app) -> bool:
+    return "course_edition" in app.config and app.config.course_edition == "student"
+
+
+def _wheel_key(root: Path, schedule: Path) -> str:
+    digest = hashlib.sha256()
+    files = {f for pattern in WHEEL_INPUTS for f in root.glob(pattern) if f.is_file()}
+    for f in sorted(files | ({schedule} if schedule.is_file() else set())):
+        digest.update(f.relative_to(root).as_posix().encode() if f.is_relative_to(root) else b"")
+        digest.update(hashlib.sha256(f.read_bytes()).digest())
+    return digest.hexdigest()[:16]
+
+
+def _build_student_wheel(app) -> None:
+    """Student edition: build (or reuse) the student wheel the launch notebooks install."""
+    if app.config.launch_install or app.builder.format != "html" or not _student_edition(app):
+        return
+    from autograder.embargo import build_wheel, plan
+
+    root = Path(app.config.course_root or Path(app.srcdir).parent).resolve()
+    schedule = Path(app.config.course_schedule or root / "course.yml").resolve()
+    cache_path = getattr(app.config, "nb_execution_cache_path", "") or app.doctreedir
+    folder = Path(cache_path).parent / ".student_wheel" / _wheel_key(root, schedule)
+    wheels = sorted(folder.glob("course_lib-*.whl"))
+    if not wheels:
+        with tempfile.TemporaryDirectory(prefix="book-wheel-") as tmp:
+            made = build_wheel(plan(root, schedule), Path(tmp))
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(made, folder / made.name)
+        wheels = sorted(folder.glob("course_lib-*.whl"))
+    app._course_student_wheel = wheels[-1]
+
+
 def _write_site_files(app, exception):
     if exception is not None or app.builder.format != "html":
         return
     out = Path(app.outdir)
+    wheel = getattr(app, "_course_student_wheel", None)
+    if wheel is not None:
+        (out / NOTEBOOKS).mkdir(exist_ok=True)
+        shutil.copy2(wheel, out / NOTEBOOKS / wheel.name)
     (out / ".nojekyll").write_text("")
     binder = out / "binder"
     binder.mkdir(exist_ok=True)
@@ -342,5 +412,6 @@ def setup(app):
     app.add_config_value("launch_install", "", "html")
     # after sphinx-book-theme's add_launch_buttons (priority 501)
     app.connect("html-page-context", _write_notebook_and_fix_buttons, priority=600)
+    app.connect("builder-inited", _build_student_wheel)
     app.connect("build-finished", _write_site_files)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
