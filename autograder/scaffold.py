@@ -9,6 +9,8 @@ Writes, and refuses to overwrite any of them:
   ``softmax``), its check cell (2 points) and one written question (1 point);
 - ``autograder/tests/<name>/test_<name>.py``: the hidden suite, with a canary string and two
   1-point tests on the check cell;
+- ``autograder/tests/<name>/mutants.yml``: three usual mistakes and one correct rewrite for
+  ``python -m autograder mutants <name>`` (each mistake loses points and its check names it);
 - ``course_lib/checks/<aN>.py``: the visible check the check cell calls;
 - ``autograder/samples/<name>/samples.yml`` and ``expected.json``: three sample submissions
   (partial, broken, cheat) and their expected scores;
@@ -173,7 +175,10 @@ def check_softmax(softmax: Callable[[Tensor], Tensor]) -> None:
         out,
         torch.softmax(x, dim=-1),
         name="softmax(x)",
-        mistakes={{"the softmax is over the first dimension, not the last": torch.softmax(x, 0)}},
+        mistakes={{
+            "the softmax is over the first dimension, not the last": torch.softmax(x, 0),
+            "the exponentials are not divided by their sum": (x - x.amax(-1, True)).exp(),
+        }},
     )
     big = softmax(x + 1000.0)
     if not torch.isfinite(big).all():
@@ -208,6 +213,44 @@ cheat:
             return torch.softmax(x, dim=-1)
 """
 
+MUTANTS = """# Usual mistakes in {name}, as patches of the reference (the format of samples.yml),
+# for `python -m autograder mutants {name} --names 3 --strict`: each mistake must lose points in
+# the hidden suite under every student name, and the first failing visible check must contain
+# its `phrase`; an `equivalent: true` entry is a correct rewrite that must lose nothing.
+no_max_subtraction:
+  phrase: subtract the maximum
+  cells:
+    softmax:
+      replace:
+      - old: z = (x - x.amax(dim=-1, keepdim=True)).exp()
+        new: z = x.exp()
+first_dimension:
+  phrase: first dimension
+  cells:
+    softmax:
+      replace:
+      - old: z = (x - x.amax(dim=-1, keepdim=True)).exp()
+        new: z = (x - x.amax(dim=0, keepdim=True)).exp()
+      - old: return z / z.sum(dim=-1, keepdim=True)
+        new: return z / z.sum(dim=0, keepdim=True)
+not_normalised:
+  phrase: not divided by their sum
+  cells:
+    softmax:
+      replace:
+      - old: return z / z.sum(dim=-1, keepdim=True)
+        new: return z
+logsumexp:
+  equivalent: true
+  cells:
+    softmax:
+      replace:
+      - old: z = (x - x.amax(dim=-1, keepdim=True)).exp()
+        new: z = (x - x.logsumexp(dim=-1, keepdim=True)).exp()
+      - old: return z / z.sum(dim=-1, keepdim=True)
+        new: return z
+"""
+
 EXPECTED = {"broken": {"points": 0}, "cheat": {"points": 0}, "partial": {"points": 1}}
 NAME = re.compile(r"a\d+_[a-z0-9_]+")
 
@@ -223,6 +266,7 @@ def files(course: Course, name: str) -> dict[Path, str]:
         course.source_dir(name) / f"{name}.md": SOURCE.format(**fmt),
         course.suite_dir(name) / f"test_{name}.py": SUITE.format(**fmt),
         course.root / "course_lib" / "checks" / f"{module}.py": CHECKS.format(**fmt),
+        course.suite_dir(name) / "mutants.yml": MUTANTS.format(**fmt),
         course.samples_dir(name) / "samples.yml": SAMPLES.format(**fmt),
         course.samples_dir(name) / "expected.json": expected,
     }
@@ -249,6 +293,7 @@ def scaffold(course: Course, name: str) -> int:
     if status == 0:
         print(
             f"next: python -m autograder check {name}; python -m autograder selfgrade {name}; "
+            f"python -m autograder mutants {name} --strict; "
             f"then edit solutions/{name}/{name}.md (see solutions/_authoring/README.md)"
         )
     return status

@@ -380,7 +380,10 @@ def test_new_assignment_scaffold_passes_check_at_once(tmp_path):
 
     for path in ("nbgrader_config.py", "pyproject.toml"):
         shutil.copy(ROOT / path, tmp_path / path)
-    (tmp_path / "course_lib").mkdir()
+    # a course is a copy of this repository: its course_lib is the one its check cells import
+    shutil.copytree(
+        ROOT / "course_lib", tmp_path / "course_lib", ignore=shutil.ignore_patterns("__pycache__")
+    )
     name = "a9_scaffold_example"
     cli = [*GRADER[:-1], str(tmp_path)]
     out = run([sys.executable, "-m", "autograder.scaffold", name, "--course-dir", str(tmp_path)])
@@ -394,6 +397,11 @@ def test_new_assignment_scaffold_passes_check_at_once(tmp_path):
     assert out.returncode == 0 and f"check {name}: passed" in out.stdout, out.stdout + out.stderr
     out = run([*cli, "selfgrade", name, "--jobs", "1", "--quiet", "--out", "rows.json"], tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
+    # its mutant catalogue: every mistake loses points under both names and is named
+    out = run([*cli, "mutants", name, "--names", "2", "--strict", "--jobs", "1"], tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "3 mistakes, 1 correct rewrites" in out.stdout, out.stdout
+    assert "kill rate 100%" in out.stdout and "named rate 100%" in out.stdout, out.stdout
 
     spec = importlib.util.spec_from_file_location(
         "course_lib.checks.a9", tmp_path / "course_lib" / "checks" / "a9.py"

@@ -102,6 +102,14 @@ def check_count_pairs(fn: Callable[..., Any]) -> None:
     passed("count_pairs passes the visible checks")
 
 
+def _merge_first(ids: list[int], pair: tuple[int, int], new_id: int) -> list[int]:
+    """``ids`` with only the first occurrence of ``pair`` merged (a usual mistake)."""
+    for i in range(len(ids) - 1):
+        if (ids[i], ids[i + 1]) == pair:
+            return [*ids[:i], new_id, *ids[i + 2 :]]
+    return list(ids)
+
+
 def check_merge_pair(fn: Callable[..., Any]) -> None:
     """``merge_pair`` on overlapping runs, at the ends, and with nothing to merge."""
     cases = [
@@ -120,6 +128,15 @@ def check_merge_pair(fn: Callable[..., Any]) -> None:
             raise CheckFailed(
                 f"merge_pair({original}, {pair}, {new_id}) returned {got}, expected {want}: the "
                 "last id is dropped; copy the final id when no pair starts there"
+            )
+        if (
+            got is not None
+            and list(got) != want
+            and list(got) == _merge_first(original, pair, new_id)
+        ):
+            raise CheckFailed(
+                f"merge_pair({original}, {pair}, {new_id}) returned {got}, expected {want}: only "
+                "the first occurrence of the pair is merged; keep scanning after a merge"
             )
         if got is None or list(got) != want:
             raise CheckFailed(
