@@ -552,32 +552,3 @@ def test_every_chapter_has_rendered_figures(html_dir):
         if not any("<img" in p.read_text(encoding="utf-8") for p in pages):
             empty.append(chapter.name)
     assert not empty, f"chapters without a single figure: {empty}"
-
-
-ADDRESS_REPR = re.compile(r"&lt;[\w.]+(?: object)? at 0x[0-9a-f]+&gt;")
-
-
-def test_no_output_shows_an_object_at_a_memory_address(html_dir):
-    """A cell whose last line returns an object nobody wanted (``seed_everything(0)`` gives a
-    generator) prints ``<torch._C.Generator at 0x7f…>``: noise to a reader, and it changes on
-    every build. Assign it (``_ = ...``) or end the line with a semicolon."""
-    found = []
-    for page in _pages(html_dir):
-        for match in ADDRESS_REPR.finditer(page.read_text(encoding="utf-8")):
-            found.append(f"{page.relative_to(html_dir)}: {match.group(0)}")
-    assert not found, "\n".join(found)
-
-
-def test_each_chapter_numbers_its_first_section_n_1(html_dir):
-    """A numbered heading on a chapter's landing page (e.g. "## Sections") takes N.1 and pushes
-    the first section page to N.2; the landing page's headings stay unnumbered (a rubric)."""
-    wrong = []
-    for chapter in [p for p in _chapter_pages(html_dir) if p.parent.name == "chapters"]:
-        own = re.escape(chapter.stem)  # the navigation entries of this chapter's own sections
-        toc = re.compile(
-            rf'"toctree-l2"><a class="reference internal" href="{own}/[^"]+">(\d+)\.(\d+)\.'
-        )
-        numbers = toc.findall(chapter.read_text(encoding="utf-8"))
-        if numbers and numbers[0][1] != "1":
-            wrong.append(f"{chapter.name}: first section is {'.'.join(numbers[0])}")
-    assert not wrong, "\n".join(wrong)
