@@ -5,9 +5,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # Installed with --no-deps: timm declares torchvision, which has no wheel for our CPU torch pin and
-# which the course never runs (tests/test_timm_interop.py stubs the import). timm's other
+# which the course never runs (tests/lib/test_timm_interop.py stubs the import). timm's other
 # dependencies (huggingface_hub, safetensors, pyyaml) come with transformers.
-# tests/test_environment.py checks this pin against environment.yml and the installed version.
+# tests/course/test_environment.py checks this pin against environment.yml and the installed version.
 NO_DEPS_PINS := timm==1.0.31
 # Tools the venv provides (nbgrader calls `alembic`, the book calls `jupyter`) come first on PATH.
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)

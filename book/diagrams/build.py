@@ -1,7 +1,7 @@
 """Draw the book's architecture diagrams as SVG: `.venv/bin/python book/diagrams/build.py`.
 
 Writes book/figures/<name>.svg for every function in DIAGRAMS. The output is deterministic, so
-tests/test_diagrams.py can check that the committed files are what this script draws.
+tests/book/test_diagrams.py can check that the committed files are what this script draws.
 Colours: one Okabe-Ito tint per kind of layer (svgkit.KINDS), the same in every diagram.
 """
 

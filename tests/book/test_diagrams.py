@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FIGURES = REPO / "book" / "figures"
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -16,13 +16,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "grader"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "grader" / "fixtures" / "grader"))
 import corpus  # noqa: E402
 
 from autograder.gradescope import level_for, student_identity  # noqa: E402
 
 A, NB = corpus.ASSIGNMENT, corpus.NOTEBOOK
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """One data-parallel training step, run by tests/test_gpu.py under torchrun with 2 CPU processes.
 
-    python -m torch.distributed.run --nproc_per_node=2 --standalone tests/ddp_worker.py OUT_DIR
+    python -m torch.distributed.run --nproc_per_node=2 --standalone tests/lib/ddp_worker.py OUT_DIR
 
 Each rank starts from a different random model (DDP must broadcast rank 0's), trains one SGD step
 with `course_lib.train.fit` on its own half of the batch, and writes what it ended with to

@@ -30,7 +30,7 @@ from urllib.parse import unquote, urljoin, urlparse
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "build_artifacts" / "screenshots"
 #: The desktop and the phone width (CSS px), the screen height, and the longest page allowed.
 DESKTOP, PHONE, SCREEN_HEIGHT, MAX_SCREENS = 1400, 400, 900, 12

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SPEC = importlib.util.spec_from_file_location(
     "execute_pages", REPO / "book" / "scripts" / "execute_pages.py"
 )

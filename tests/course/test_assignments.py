@@ -46,7 +46,7 @@ from autograder.authoring import (
 from autograder.course import Course
 from autograder.mutants import definitions, load_catalogue
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COURSE = Course(ROOT)
 ASSIGNMENTS = sorted(
     p.name for p in (ROOT / "solutions").glob("a*_*") if (p / f"{p.name}.md").exists()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BOOK = REPO / "book"
 #: Chapter landing pages (00 preface ... 06 appendix).
 CHAPTERS = sorted((BOOK / "chapters").glob("[0-9][0-9]_*.md"))

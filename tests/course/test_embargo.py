@@ -29,7 +29,7 @@ import pytest
 from autograder import embargo
 from autograder.embargo import ScheduleError, plan, read_schedule, stub_source
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KNOWN = embargo.known_assignments(ROOT)
 ALL_RELEASED = "assignments:\n" + "".join(f"  {a}: released\n" for a in KNOWN)
 
@@ -292,7 +292,7 @@ def student_python(bundle, tmp_path_factory):
 
 def run_checks(python: Path, notebook: Path) -> list[dict]:
     run = subprocess.run(
-        [str(python), str(ROOT / "tests" / "student_checks.py"), str(notebook)],
+        [str(python), str(ROOT / "tests" / "course" / "student_checks.py"), str(notebook)],
         capture_output=True, text=True, timeout=600, cwd=notebook.parent,
         env={**STUDENT_ENV, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"},
     )  # fmt: skip

@@ -19,7 +19,7 @@ from torch import nn
 
 from course_lib import gpu
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
@@ -267,13 +267,13 @@ def test_ddp_two_cpu_ranks_average_gradients(tmp_path):
         "torch.distributed.run",
         "--nproc_per_node=2",
         "--standalone",
-        str(REPO / "tests" / "ddp_worker.py"),
+        str(REPO / "tests" / "lib" / "ddp_worker.py"),
         str(tmp_path),
     ]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
-    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO / "tests" / "lib"))
     try:
         import ddp_worker
     finally:

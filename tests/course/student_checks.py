@@ -1,6 +1,6 @@
 """Run a notebook's visible checks the way a student's kernel would, and report each one as JSON.
 
-    python tests/student_checks.py NOTEBOOK.ipynb
+    python tests/course/student_checks.py NOTEBOOK.ipynb
 
 Runs, in order, the definitions of every code cell (imports, functions, classes, constants; not
 training runs) and the ``check_*`` calls of every check cell, then prints one JSON list:

@@ -131,8 +131,8 @@ def test_generic_helpers():
 
 
 def test_checks_hold_no_hidden_test():
-    folder = Path(__file__).resolve().parent.parent / "course_lib" / "checks"
-    hidden = Path(__file__).resolve().parent / "fixtures" / "grader" / "hidden"
+    folder = Path(__file__).resolve().parents[2] / "course_lib" / "checks"
+    hidden = Path(__file__).resolve().parents[1] / "grader" / "fixtures" / "grader" / "hidden"
     canary = "CANARY-HIDDEN-5e1f0c9a"
     assert canary in (hidden / "fx_attention" / "test_fx_attention.py").read_text()
     for path in folder.glob("*.py"):

@@ -515,7 +515,7 @@ def test_softmax_rows_sum_to_one_and_fully_masked_rows_are_zero(T_q, T_k, seed):
 
 
 def _load_benchmark():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "attention.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "attention.py"
     spec = importlib.util.spec_from_file_location("benchmark_attention", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -7,7 +7,7 @@ import re
 import tomllib
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _pyproject_pins() -> dict[str, str]:
