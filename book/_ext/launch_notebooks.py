@@ -205,6 +205,8 @@ class _Converter:
                     "solutions are released.*"
                 )
             return self.markdown(body)
+        if name == "rubric":  # an unnumbered heading
+            return f"**{arg}**"
         if name in ("math",):
             return f"$$\n{body.strip()}\n$$"
         if name in ("code-block", "code", "sourcecode"):
