@@ -1,6 +1,8 @@
-// Scales a display equation that is wider than its column down to the column's width (not below
-// 40 %), so that no equation scrolls sideways (MathJax 3 does not break lines). Runs once MathJax
-// has typeset the page and again whenever the window is resized; sets window.bookMathFitted.
+// Shrinks a display equation that is wider than its column towards the column's width, to no
+// less than 85 % (MathJax 3 does not break lines; smaller is unreadable on a phone): what is still
+// too wide scrolls inside its own box (the theme makes the equation's container a scroll box).
+// Runs once MathJax has typeset the page and again whenever the window is resized; sets
+// window.bookMathFitted.
 (function () {
   "use strict";
   function fit() {
@@ -12,7 +14,8 @@
       var need = el.scrollWidth;
       if (box > 0 && need > box + 1) {
         var percent = /%$/.test(base) ? parseFloat(base) : 100;
-        el.style.fontSize = Math.max(40, Math.floor((percent * box) / need)) + "%";
+        var fitted = Math.floor((percent * box) / need);
+        el.style.fontSize = Math.max(Math.ceil(0.85 * percent), fitted) + "%";
       }
     });
     window.bookMathFitted = true;
