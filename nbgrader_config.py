@@ -69,12 +69,12 @@ c.Autograder.due_dates = {
 # Never run the hidden tests in the student's kernel: route autograding to the course's grader.
 # (NBGRADER_STOCK_AUTOGRADE=1 keeps nbgrader's own, for benchmarks/grading.py's comparison only.)
 if not os.environ.get("NBGRADER_STOCK_AUTOGRADE"):
-    c.Autograde.sanitize_preprocessors = ["autograder.nbbridge.CourseGrader"]
+    c.Autograde.sanitize_preprocessors = ["autograder.integrations.nbbridge.CourseGrader"]
     c.Autograde.autograde_preprocessors = []
     c.CourseGrader.course_root = str(ROOT)
 
 # `nbgrader export`: autograded points, manual points, lateness and the total per student.
-c.ExportApp.plugin_class = "autograder.nbbridge.CourseCsvExport"
+c.ExportApp.plugin_class = "autograder.integrations.nbbridge.CourseCsvExport"
 
 # `nbgrader zip_collect <name>`: put the LMS's zip in grading/downloaded/<name>/archive/.
 LMS_PATTERNS = {
@@ -103,6 +103,6 @@ c.CourseDirectory.ignore = [
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 
-# Hidden tests never live in notebooks: they are pytest suites in autograder/tests/<assignment>/,
+# Hidden tests never live in notebooks: they are pytest suites in autograder/suites/<assignment>/,
 # run by `python -m autograder grade`. Nothing in a release may contain them.
 c.ClearHiddenTests.enforce_metadata = True

@@ -3,7 +3,7 @@
 Writing an assignment's hidden suite
 ====================================
 
-Put ordinary pytest files in ``autograder/tests/<assignment>/test_*.py`` (conftest.py and helper
+Put ordinary pytest files in ``autograder/suites/<assignment>/test_*.py`` (conftest.py and helper
 modules are fine; nothing here is ever released or shown to students). Each test::
 
     import pytest, torch
@@ -18,15 +18,16 @@ modules are fine; nothing here is ever released or shown to students). Each test
         check_close(student.attention(q, k, v), expected, name="attention(q, k, v)",
                     mistakes=attention_mistakes(q, k, v))
 
-Markers (:mod:`autograder.plugin`): ``points(n, cell=grade_id)`` (required; all or nothing),
-``cell(grade_id)`` (default cell), ``forbid(*names)`` (:mod:`autograder.forbid`: presets ``sdpa``,
+Markers (:mod:`autograder.host.plugin`): ``points(n, cell=grade_id)`` (required; all or nothing),
+``cell(grade_id)`` (default cell), ``forbid(*names)`` (:mod:`autograder.wire.forbid`: presets
+``sdpa``,
 ``multihead_attention``, ``transformer_modules``, ``layer_norm``, ``softmax``, ``rnn_modules``,
 ``course_lib``; or dotted names / ``aten::`` globs), ``notebook(name)``, ``call_timeout(s)``.
 The points of the tests of a grade cell must add up to that cell's ``points`` in the notebook
 (``check`` verifies it).
 
-Fixtures: ``student`` (:class:`autograder.proxy.Student`: ``student.fn(*args)``,
-``student.Cls(...)`` -> :class:`~autograder.proxy.Remote` with ``remote(x)``,
+Fixtures: ``student`` (:class:`autograder.host.proxy.Student`: ``student.fn(*args)``,
+``student.Cls(...)`` -> :class:`~autograder.host.proxy.Remote` with ``remote(x)``,
 ``remote.method(...)``, ``remote.get(attr)``, ``remote.backward(x, grad_output=...)``,
 ``student.fn.backward(...)``, ``student.has(name)``, ``student.get(name)``,
 ``student.build("course_lib.models.x.Cls", ..., state_dict=sd)`` to put a library object in the

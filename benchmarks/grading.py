@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "fixtures" / "grader"))
+sys.path.insert(0, str(REPO / "tests" / "grader" / "fixtures" / "grader"))
 
 import corpus  # noqa: E402
 import nbformat  # noqa: E402
@@ -65,7 +65,7 @@ def build_real(root: Path, name: str, n: int) -> None:
     root.mkdir(parents=True)
     shutil.copy(REPO / "nbgrader_config.py", root / "nbgrader_config.py")
     shutil.copytree(REPO / "solutions" / name, root / "solutions" / name)
-    shutil.copytree(REPO / "autograder" / "tests" / name, root / "autograder" / "tests" / name)
+    shutil.copytree(REPO / "autograder" / "suites" / name, root / "autograder" / "suites" / name)
     shutil.copytree(REPO / "autograder" / "samples" / name, root / "autograder" / "samples" / name)
     run([sys.executable, "-m", "autograder", "--course-dir", str(root), "release", name], REPO,
         "release")  # fmt: skip

@@ -27,13 +27,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "fixtures" / "similarity"))
+sys.path.insert(0, str(REPO / "tests" / "grader" / "fixtures" / "similarity"))
 
 import similarity_corpus as corpus  # noqa: E402
 
-from autograder import similarity as S  # noqa: E402
-from autograder.course import Course  # noqa: E402
-from autograder.grade import discover  # noqa: E402
+from autograder.course.layout import Course  # noqa: E402
+from autograder.host.intake import discover  # noqa: E402
+from autograder.tools import similarity as S  # noqa: E402
 
 COURSE = Course(REPO)
 RELEASE = COURSE.release_dir(corpus.ASSIGNMENT) / corpus.NOTEBOOK

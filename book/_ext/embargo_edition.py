@@ -41,7 +41,7 @@ def _plan(app: Sphinx):
     by_module: dict[str, dict[str, str]] = {}
     root = Path(app.config.course_root or Path(app.srcdir).parent).resolve()
     if edition == "student":
-        from autograder.embargo import plan
+        from autograder.course.embargo import plan
 
         schedule = app.config.course_schedule
         by_module = plan(root, Path(schedule) if schedule else None).by_module()
@@ -90,7 +90,7 @@ class EmbargoLiteralInclude(LiteralInclude):
         hit = {q: w for q, w in targets.items() if q == pyobject or q.startswith(pyobject + ".")}
         if not hit:
             return result
-        from autograder.embargo import stub_source
+        from autograder.course.embargo import stub_source
 
         stub = stub_source(path.read_text(encoding="utf-8"), targets, body="ellipsis")
         cache = Path(self.env.app.doctreedir) / "embargo_stubs" / rel

@@ -23,7 +23,8 @@ folders whose names start with ``_``).
 What the first cell installs depends on the edition (``embargo_edition.py``). The student
 edition ships the *student wheel* of the course library with the site
 (``_notebooks/course_lib-<version>+student-py3-none-any.whl``, built by
-``autograder.embargo.build_wheel``: the graded functions raise "You implement this in A3, part 1"
+``autograder.course.embargo.build_wheel``: the graded functions raise "You implement this in A3,
+part 1"
 until their solutions are released), and installs it from the site: the launch buttons work
 whether or not the instructor's repository is public, and they never hand out the answers. The
 instructor edition installs ``course_lib`` from the repository. The wheel is built once per
@@ -45,6 +46,8 @@ import shutil
 import tempfile
 from pathlib import Path
 from urllib.parse import quote
+
+from author_year import citation  # book/_ext, beside this file
 
 NOTEBOOKS = "_notebooks"
 FENCE = re.compile(r"^(?P<fence>`{3,}|:{3,})\{(?P<name>[\w:.-]+)\}[ \t]*(?P<arg>.*?)\s*$")
@@ -127,6 +130,11 @@ class _Converter:
         self.embargo = _embargo_lookup(app)
 
     # roles
+    def _bibfile(self) -> Path:
+        names = getattr(self.app.config, "bibtex_bibfiles", None) or ["references.bib"]
+        srcdir = getattr(self.app, "srcdir", None) or Path(__file__).resolve().parent.parent
+        return Path(srcdir) / names[0]
+
     def _doc_link(self, content: str) -> str:
         match = re.match(r"(?P<text>.*?)\s*<(?P<target>[^>]+)>$", content)
         text, target = (match["text"], match["target"]) if match else ("", content)
@@ -159,9 +167,10 @@ class _Converter:
 
     def role(self, match: re.Match) -> str:
         name, content = match["name"], match["content"]
-        if name.startswith("cite"):
-            keys = ", ".join(k.strip() for k in content.split(","))
-            return f"({keys})" if name in ("cite:p", "cite:ps", "cite") else keys
+        if name.startswith("cite"):  # author-year, as the book shows it
+            keys = [k.strip() for k in content.split(",") if k.strip()]
+            textual = name not in ("cite:p", "cite:ps", "cite")
+            return citation(keys, self._bibfile(), textual=textual)
         if name == "doc":
             return self._doc_link(content)
         if name in ("numref", "ref"):
@@ -373,7 +382,7 @@ def _build_student_wheel(app) -> None:
     """Student edition: build (or reuse) the student wheel the launch notebooks install."""
     if app.config.launch_install or app.builder.format != "html" or not _student_edition(app):
         return
-    from autograder.embargo import build_wheel, plan
+    from autograder.course.embargo import build_wheel, plan
 
     root = Path(app.config.course_root or Path(app.srcdir).parent).resolve()
     schedule = Path(app.config.course_schedule or root / "course.yml").resolve()

@@ -498,7 +498,7 @@ def test_student_launch_notebooks_install_the_student_wheel_from_the_site(html_d
     """In the student edition (pages show "You implement this in ..." boxes), the notebooks
     behind the launch buttons install the student wheel shipped in ``_notebooks/`` (graded
     bodies stubbed), never the instructor's repository, and that wheel holds no answer."""
-    from autograder import embargo
+    from autograder.course import embargo
 
     if not any("You implement this in" in p.read_text(encoding="utf-8") for p in _pages(html_dir)):
         pytest.skip("the instructor edition (no embargoed object): it installs from the repository")

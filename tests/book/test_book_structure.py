@@ -357,7 +357,7 @@ def test_launch_notebook_markdown_keeps_embargoed_prose_out():
     converter.site = "https://example.org/book/"
     converter.embargo = lambda names: "A2, part 1" if "course_lib.x.f" in names else ""
     text = converter.markdown(
-        "See {numref}`fig-x` {cite:p}`vaswani2017`.\n\n"
+        "See {numref}`fig-x` {cite:p}`vaswani2017`, {cite:t}`ba2016layernorm,devlin2019`.\n\n"
         "```{embargo} course_lib.x.f\nThe secret formula.\n```\n\n"
         "```{embargo} course_lib.x.g\nReleased prose.\n```\n\n"
         ":::{dropdown} Source\n```{literalinclude} ../../../course_lib/x.py\n"
@@ -367,7 +367,10 @@ def test_launch_notebook_markdown_keeps_embargoed_prose_out():
     assert "The secret formula" not in text and "You implement this in A2, part 1" in text
     assert "Released prose." in text
     assert "[Figure 2.3](https://example.org/book/chapters/02_attention_layer/03_routing" in text
-    assert "(vaswani2017)" in text and "{" not in text.replace("{numref", "")
+    # citations read as in the book (author-year), never as raw keys
+    assert "(Vaswani et al., 2017)" in text and "vaswani2017" not in text
+    assert "Ba et al. (2016), Devlin et al. (2019)" in text
+    assert "{" not in text.replace("{numref", "")
     assert "![A drawing](https://example.org/book/_images/t.svg)" in text
     assert "<details><summary>Source</summary>" in text and "def f" not in text
 

@@ -33,7 +33,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.authoring import (
+from autograder.course.layout import Course
+from autograder.tools.authoring import (
     AuthoringError,
     apply_patch,
     kind_of,
@@ -43,8 +44,7 @@ from autograder.authoring import (
     to_text,
     unmark,
 )
-from autograder.course import Course
-from autograder.mutants import definitions, load_catalogue
+from autograder.tools.mutants import definitions, load_catalogue
 
 ROOT = Path(__file__).resolve().parents[2]
 COURSE = Course(ROOT)
@@ -159,7 +159,7 @@ def test_release_has_no_solution_and_no_hidden_test(name):
     leaked = [line for line in secrets if line in text]
     assert not leaked, f"solution code in the release of {name}: {leaked[:3]}"
     assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text
-    suite = sorted((ROOT / "autograder" / "tests" / name).glob("*.py"))
+    suite = sorted((ROOT / "autograder" / "suites" / name).glob("*.py"))
     canaries = {m for p in suite for m in CANARY.findall(p.read_text(encoding="utf-8"))}
     assert len(canaries) == 1, f"the hidden suite of {name} has canaries {canaries}"
     (canary,) = canaries
@@ -386,9 +386,13 @@ def test_new_assignment_scaffold_passes_check_at_once(tmp_path):
     )
     name = "a9_scaffold_example"
     cli = [*GRADER[:-1], str(tmp_path)]
-    out = run([sys.executable, "-m", "autograder.scaffold", name, "--course-dir", str(tmp_path)])
+    out = run(
+        [sys.executable, "-m", "autograder.tools.scaffold", name, "--course-dir", str(tmp_path)]
+    )
     assert out.returncode == 0, out.stdout + out.stderr
-    again = run([sys.executable, "-m", "autograder.scaffold", name, "--course-dir", str(tmp_path)])
+    again = run(
+        [sys.executable, "-m", "autograder.tools.scaffold", name, "--course-dir", str(tmp_path)]
+    )
     assert again.returncode != 0 and "exists already" in again.stderr, "overwrote an assignment"
     for args in (["check"], ["format", "--check"]):
         lint = run([str(Path(sys.executable).parent / "ruff"), *args, "."], cwd=tmp_path)
@@ -425,7 +429,7 @@ def test_new_assignment_scaffold_passes_check_at_once(tmp_path):
 def test_mutant_catalogue_applies_and_each_mutant_changes_the_code(name):
     """Every mutant of ``python -m autograder mutants`` patches existing text (the patch fails
     loudly otherwise), changes the code, and the correct rewrites pass every visible check."""
-    from autograder.mutants import first_failure
+    from autograder.tools.mutants import first_failure
 
     nb = source_notebook(name)
     reference = submission(nb, {}, "reference")

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder import embargo
-from autograder.embargo import ScheduleError, plan, read_schedule, stub_source
+from autograder.course import embargo
+from autograder.course.embargo import ScheduleError, plan, read_schedule, stub_source
 
 ROOT = Path(__file__).resolve().parents[2]
 KNOWN = embargo.known_assignments(ROOT)
@@ -220,7 +220,7 @@ def test_the_student_edition_of_the_book_shows_no_embargoed_statement(tmp_path, 
 
 def canaries() -> set[str]:
     found = set()
-    for path in (ROOT / "autograder" / "tests").rglob("*.py"):
+    for path in (ROOT / "autograder" / "suites").rglob("*.py"):
         found |= set(re.findall(r"CANARY-[A-Z0-9-]+", path.read_text(encoding="utf-8")))
     return found
 

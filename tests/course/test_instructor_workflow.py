@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "grader" / "fixtures" / "grader"))
 import corpus  # noqa: E402
 
-from autograder.gradescope import level_for, student_identity  # noqa: E402
+from autograder.integrations.gradescope import level_for, student_identity  # noqa: E402
 
 A, NB = corpus.ASSIGNMENT, corpus.NOTEBOOK
 REPO = Path(__file__).resolve().parents[2]
@@ -91,7 +91,7 @@ def test_gradescope_zip_works_as_uploaded(course, tmp_path):
     # the zip's top level is /autograder/source: no source/ folder of its own
     assert {"setup.sh", "run_autograder", "requirements.txt", "gradescope.json"} <= names
     assert modes["run_autograder"] & 0o111 and modes["setup.sh"] & 0o111
-    assert f"autograder/tests/{A}/test_fx_attention.py" in names
+    assert f"autograder/suites/{A}/test_fx_attention.py" in names
     assert f"assignments/{A}/{NB}" in names and "course_lib/__init__.py" in names
     assert not any(
         n.startswith(("source/", "solutions", "grading", "autograder/samples")) for n in names
@@ -326,8 +326,8 @@ def test_fairness_flags_a_sample_whose_score_depends_on_the_student(course, tmp_
 
 
 def test_written_answers_page_escapes_html(course, tmp_path):
-    from autograder.course import Course
-    from autograder.written import answers_html
+    from autograder.course.layout import Course
+    from autograder.tools.written import answers_html
 
     release = nbformat.read(course / "assignments" / A / NB, as_version=4)
     for cell in release.cells:
@@ -343,7 +343,7 @@ def test_written_answers_page_escapes_html(course, tmp_path):
 
 
 def test_autograded_notebook_keeps_the_students_outputs_and_added_cells(tmp_path):
-    from autograder.bookkeeping import keep_student_work
+    from autograder.integrations.bookkeeping import keep_student_work
 
     def cell(kind: str, source: str, gid: str | None = None, **meta: bool):
         new = nbformat.v4.new_code_cell if kind == "code" else nbformat.v4.new_markdown_cell

@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "grader"))
 import corpus  # noqa: E402
 from test_grader_corpus import CANARY, Listener  # noqa: E402
 
-from autograder.course import GradeCell  # noqa: E402
-from autograder.selfcheck import consistency, expected_points  # noqa: E402
+from autograder.course.layout import GradeCell  # noqa: E402
+from autograder.tools.selfcheck import consistency, expected_points  # noqa: E402
 
 pytestmark = pytest.mark.slow
 A, NB = corpus.ASSIGNMENT, corpus.NOTEBOOK
@@ -104,7 +104,7 @@ FALLBACK = ("reference", "network", "read_hidden", "write_outside", "fork_bomb",
 
 
 def test_fallback_sandbox_blocks_the_same_cheats(course, tmp_path):
-    hidden = course / "autograder" / "tests" / A / "test_fx_attention.py"
+    hidden = course / "autograder" / "suites" / A / "test_fx_attention.py"
     before = hidden.read_bytes()
     listener = Listener()
     everything = tmp_path / "all"

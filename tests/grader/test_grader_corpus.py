@@ -68,7 +68,7 @@ def _digest(folder: Path) -> dict[str, list]:
 
 def _grade_corpus(folder: Path) -> dict:
     root = corpus.make_course(folder / "course", cache=folder.parent / "release")
-    hidden = root / "autograder" / "tests" / corpus.ASSIGNMENT / "test_fx_attention.py"
+    hidden = root / "autograder" / "suites" / corpus.ASSIGNMENT / "test_fx_attention.py"
     hidden_before = hashlib.sha256(hidden.read_bytes()).hexdigest()
     listener = Listener()
     plain = folder / "plain"
@@ -132,7 +132,7 @@ def graded(tmp_path_factory):
     info = corpus.once(corpus.shared_dir(tmp_path_factory, "corpus"), _grade_corpus)
     root = Path(info["root"])
     report = json.loads((root / "out" / "report.json").read_text())
-    hidden = root / "autograder" / "tests" / corpus.ASSIGNMENT / "test_fx_attention.py"
+    hidden = root / "autograder" / "suites" / corpus.ASSIGNMENT / "test_fx_attention.py"
     return {
         **info,
         "root": root,

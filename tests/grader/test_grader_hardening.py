@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from autograder import protocol, runner, sandbox
+from autograder.host import runner
+from autograder.sandbox import zygote
+from autograder.wire import protocol
 
 
 def _deflated(obj) -> bytes:
@@ -94,7 +96,7 @@ def test_auto_mode_refuses_without_namespaces_and_says_how_to_proceed(tmp_path):
         "scratch": str(tmp_path),
         "preimport": [],
     }
-    pid, sock = sandbox.start_zygote(config)
+    pid, sock = zygote.start_zygote(config)
     sock.settimeout(60)
     reply = protocol.recv(sock)
     sock.close()

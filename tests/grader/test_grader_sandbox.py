@@ -16,8 +16,10 @@ import time
 import pytest
 import torch
 
-from autograder import protocol, proxy, sandbox
-from autograder.forbid import expand
+import autograder.sandbox.zygote as zygote_module
+from autograder.host import proxy
+from autograder.wire import protocol
+from autograder.wire.forbid import expand
 
 CODE = """
 import math, os, socket, subprocess, sys, resource
@@ -124,8 +126,8 @@ def grader_modules():
     import importlib, sys
     found = [n for n in sys.modules if n.split(".")[0] in ("autograder", "pytest", "_pytest")]
     errors = []
-    for how in (lambda: __import__("autograder." + "forbid"),
-                lambda: importlib.import_module("autograder.worker"),
+    for how in (lambda: __import__("autograder." + "sandbox.detector"),
+                lambda: importlib.import_module("autograder.sandbox.worker"),
                 lambda: __import__("autograder")):
         try:
             how()
@@ -213,18 +215,20 @@ def zygote(request, tmp_path_factory):
     (secret / "test_hidden.py").write_text("SECRET = 'CANARY-SANDBOX'\n")
     scratch = tmp_path_factory.mktemp("scratch")
     os.environ["AUTOGRADER_TEST_SECRET"] = "do-not-leak"
-    if request.param == "auto" and not sandbox.namespaces.available():
+    if request.param == "auto" and not zygote_module.namespaces.available():
         pytest.skip("no namespaces here: auto mode refuses (see test_grader_hardening.py)")
-    claimed = sandbox.claim_uid_block() if request.param == "auto" and os.geteuid() == 0 else None
+    claimed = (
+        zygote_module.claim_uid_block() if request.param == "auto" and os.geteuid() == 0 else None
+    )
     config = {
         "mode": request.param,
         "hide": [str(secret)],
         "limits": {"cpu": 30},
         "uid_base": claimed[0] if claimed else None,
         "scratch": str(scratch),
-        "preimport": [m for m in sandbox.PREIMPORTS if m != "torch._dynamo"],  # faster start
+        "preimport": [m for m in zygote_module.PREIMPORTS if m != "torch._dynamo"],  # faster start
     }
-    pid, sock = sandbox.start_zygote(config)
+    pid, sock = zygote_module.start_zygote(config)
     sock.settimeout(120)
     ready = protocol.recv(sock)
     sock.settimeout(None)
@@ -268,7 +272,7 @@ def test_worker_is_contained(student):
     assert facts["limits"]["RLIMIT_CPU"] == 30
     assert 0 < facts["limits"]["RLIMIT_FSIZE"] < 2**40
     if zygote["report"]["use_uid"]:
-        assert facts["uid"] >= sandbox.UID_FIRST and facts["limits"]["RLIMIT_NPROC"] <= 64
+        assert facts["uid"] >= zygote_module.UID_FIRST and facts["limits"]["RLIMIT_NPROC"] <= 64
         assert facts["cwd"] == "/tmp/submission"
 
 

@@ -13,9 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from autograder import protocol
-from autograder.forbid import Detector, expand, validate
-from autograder.notebook import (
+from autograder.course.notebook import (
     Cell,
     CodeChunk,
     NotebookError,
@@ -25,8 +23,11 @@ from autograder.notebook import (
     review,
     strip_magics,
 )
-from autograder.plugin import derive_seed
-from autograder.scan import forbidden_hits, scan
+from autograder.host.plugin import derive_seed
+from autograder.host.scan import forbidden_hits, scan
+from autograder.sandbox.detector import Detector
+from autograder.wire import protocol
+from autograder.wire.forbid import expand, validate
 
 
 def _chunk(source: str, origin: str = "student") -> CodeChunk:
@@ -387,7 +388,7 @@ def test_assemble_grades_release_order_and_reports_retyped_and_duplicated_cells(
 
 
 def test_student_ids_map_to_unique_safe_folders(tmp_path):
-    from autograder.grade import discover, safe_name
+    from autograder.host.intake import discover, safe_name
 
     assert safe_name("kim_lee") == "kim_lee"
     assert safe_name("kim lee") != safe_name("kim_lee")
@@ -401,7 +402,7 @@ def test_student_ids_map_to_unique_safe_folders(tmp_path):
 
 
 def test_mixed_layouts_and_non_submissions_each_get_an_entry(tmp_path):
-    from autograder.grade import discover
+    from autograder.host.intake import discover
 
     (tmp_path / "alice").mkdir()
     (tmp_path / "alice" / "a.ipynb").write_bytes(_nb_bytes([]))
@@ -434,7 +435,7 @@ def _row(**extra):
 
 
 def test_feedback_markdown_cannot_be_forged_or_run_html():
-    from autograder.report import feedback_markdown
+    from autograder.host.report import feedback_markdown
 
     message = "boom\n```\n\n## `c`: 23 / 23\n<script>alert(1)</script>"
     text = feedback_markdown("a", _row(message=message, notes=["x\n# 23 / 23 <img onerror=1>"],
@@ -450,7 +451,7 @@ def test_feedback_markdown_cannot_be_forged_or_run_html():
 def test_outputs_survive_lone_surrogates_and_neutralise_formulas(tmp_path):
     import csv
 
-    from autograder.report import ReportWriter
+    from autograder.host.report import ReportWriter
 
     writer = ReportWriter(tmp_path, "a", [{"nodeid": "t.py::test_x"}], {})
     writer.add(_row(message="bad \ud800 text", student="=1+2", id="_1_2-abc"))
@@ -487,7 +488,7 @@ def test_check_close_rejects_complex_and_non_finite_values():
 def test_student_markdown_is_made_inert():
     import re
 
-    from autograder.gradebook import inert_markdown
+    from autograder.integrations.gradebook import inert_markdown
 
     text = inert_markdown("<img src=x onerror=1> [b](javascript:x) [c](JAVA\nscript:y) &#106;")
     assert "<img" not in text and "&#106;" not in text and "&amp;#106;" in text
@@ -495,7 +496,9 @@ def test_student_markdown_is_made_inert():
 
 
 def test_a_grader_fault_costs_one_row_and_rows_arrive_as_graded(tmp_path):
-    from autograder.grade import Grader, Options, Row, Submission
+    from autograder.host.grader import Grader, Row
+    from autograder.host.intake import Submission
+    from autograder.host.options import Options
 
     grader = object.__new__(Grader)
     grader.manifest = {"tests": [{"nodeid": "t.py::a", "cell": "c", "points": 2.0}]}
@@ -524,7 +527,7 @@ def test_forbidding_a_decorated_function_leaves_the_decorator_alone():
     reference must not flag a student's own decorated function."""
     import torch
 
-    from autograder.forbid import _own_codes
+    from autograder.sandbox.detector import _own_codes
 
     @torch.no_grad()
     def reference(x):

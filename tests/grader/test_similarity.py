@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from autograder import similarity as S
-from autograder.__main__ import main
-from autograder.course import PACKAGE_ROOT, Course
-from autograder.grade import discover
+from autograder.cli import main
+from autograder.course.layout import PACKAGE_ROOT, Course
+from autograder.host.intake import discover
+from autograder.tools import similarity as S
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "similarity"))
 import similarity_corpus as corpus  # noqa: E402

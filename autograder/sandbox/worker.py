@@ -1,0 +1,302 @@
+"""The worker's side of the protocol: load the student's code, serve calls, send plain data.
+
+Runs inside a sandboxed worker (see :mod:`autograder.sandbox`) after containment is in place. The
+student's code becomes the worker's ``__main__`` module; objects that are not plain data stay in a
+handle table and cross as markers. Every call runs under the test's forbidden-call detector
+(:mod:`autograder.sandbox.detector`) with ``print`` output captured (bounded), and any exception,
+including
+``SystemExit``, becomes an error reply carrying only the student's own traceback frames.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import linecache
+import os
+import random
+import socket
+import sys
+import traceback
+import types
+from typing import Any
+
+from autograder.sandbox.detector import Detector
+from autograder.wire import protocol
+from autograder.wire.forbid import resolve
+
+
+class _Capture(io.TextIOBase):
+    """Keeps the first ``limit`` characters written; the rest is counted and dropped."""
+
+    def __init__(self, limit: int = 4000):
+        self.limit, self.parts, self.size, self.dropped = limit, [], 0, 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        text = str(text)
+        room = self.limit - self.size
+        if room > 0:
+            self.parts.append(text[:room])
+            self.size += min(room, len(text))
+        self.dropped += max(0, len(text) - max(room, 0))
+        return len(text)
+
+    def text(self) -> str:
+        out = "".join(self.parts)
+        return out + (f"\n[... {self.dropped} more characters]" if self.dropped else "")
+
+
+class Server:
+    """Serves the trusted process's requests inside the worker."""
+
+    def __init__(self, sock: socket.socket, cwd: str, trust: Any = None):
+        self.sock, self.cwd = sock, cwd
+        self.trust = trust if trust is not None else contextlib.nullcontext()
+        self.module = types.ModuleType("__main__")
+        self.module.__dict__["__builtins__"] = __builtins__
+        sys.modules["__main__"] = self.module
+        self.handles: dict[int, Any] = {}
+        self.labels: set[str] = set()
+        self.detectors: dict[tuple, Detector] = {}
+        self.seed: int | None = None
+
+    def serve(self) -> None:
+        while True:
+            try:
+                msg = protocol.recv(self.sock)
+            except (EOFError, OSError):
+                return
+            op = msg.get("op")
+            handler = getattr(self, f"op_{op}", None)
+            capture = _Capture()
+            old = sys.stdout, sys.stderr
+            sys.stdout = sys.stderr = capture
+            try:
+                self._reseed(msg.get("seed"))
+                reply = handler(msg) if handler else {"ok": False, "error": _err("unknown op")}
+            except BaseException as error:  # noqa: B036 (SystemExit, KeyboardInterrupt too)
+                reply = {"ok": False, "error": self._describe(error)}
+            finally:
+                sys.stdout, sys.stderr = old
+            reply["output"] = capture.text()
+            take = getattr(self.trust, "take", None)
+            tampering = take() if take else []
+            if tampering:
+                reply["tampering"] = tampering
+            reply["nonce"] = msg.get("nonce")  # student code never sees it: it proves the reply
+            try:
+                protocol.send(self.sock, reply)
+            except Exception as error:  # e.g. an unpicklable value slipped through
+                protocol.send(self.sock, {"ok": False, "error": self._describe(error)})
+
+    def _reseed(self, seed: int | None) -> None:
+        if seed is not None and seed != self.seed:
+            import numpy as np
+            import torch
+
+            self.seed = seed
+            torch.manual_seed(seed)
+            random.seed(seed)
+            np.random.seed(seed % 2**32)
+
+    # -- loading ---------------------------------------------------------------------------
+
+    def op_load(self, msg: dict) -> dict:
+        notes = []
+        with open("submission.py", "w", encoding="utf-8") as f:
+            for label, source, _keep in msg["chunks"]:
+                f.write(f"# ---- {label} ----\n{source}\n")
+        for label, source, keep in msg["chunks"]:
+            lines = source.splitlines(keepends=True)
+            linecache.cache[label] = (len(source), None, lines, label)
+            self.labels.add(label)
+            getattr(self.trust, "labels", set()).add(label)
+            tree = ast.parse(source, filename=label)
+            for index in keep:
+                stmt = tree.body[index]
+                code = compile(ast.Module(body=[stmt], type_ignores=[]), label, "exec")
+                try:
+                    exec(code, self.module.__dict__)
+                except BaseException as error:  # noqa: B036
+                    info = self._describe(error)
+                    notes.append(f"{label}, line {stmt.lineno}: {info['type']}: {info['message']}")
+        names = {
+            k: type(v).__name__ for k, v in self.module.__dict__.items() if not k.startswith("__")
+        }
+        return {"ok": True, "notes": notes, "names": names}
+
+    # -- calls -----------------------------------------------------------------------------
+
+    def _target(self, target: Any) -> Any:
+        if target is None:
+            return self.module
+        if isinstance(target, int):
+            if target not in self.handles:
+                raise LookupError(f"no object with handle {target}")
+            return self.handles[target]
+        if target not in self.module.__dict__:
+            raise NameError(f"name {target!r} is not defined")
+        return self.module.__dict__[target]
+
+    def _keep(self, obj: Any) -> dict:
+        handle = len(self.handles) + 1
+        self.handles[handle] = obj
+        return protocol.remote_marker(handle, obj)
+
+    def _decode(self, obj: Any) -> Any:
+        if protocol.is_remote_marker(obj):
+            return self._target(obj[protocol.REMOTE_KEY])
+        if isinstance(obj, dict):
+            return {k: self._decode(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [self._decode(v) for v in obj]
+        if isinstance(obj, tuple):
+            return tuple(self._decode(v) for v in obj)
+        return obj
+
+    def _detector(self, forbid: list[str]) -> Detector:
+        key = tuple(forbid)
+        if key not in self.detectors:
+            self.detectors[key] = Detector(list(forbid))
+        detector = self.detectors[key]
+        detector.violations = []
+        return detector
+
+    @contextlib.contextmanager
+    def _watching(self, detector: Detector) -> Any:
+        """The detector on around student code; entering and leaving it are the worker's own
+        acts (the audit hook refuses profile hooks and mode-stack access to student code)."""
+        with self.trust:
+            detector.__enter__()
+        try:
+            yield detector
+        finally:
+            with self.trust:
+                detector.__exit__(None, None, None)
+
+    def _callable(self, msg: dict) -> Any:
+        obj = self._target(msg["target"])
+        return getattr(obj, msg["attr"]) if msg.get("attr") else obj
+
+    def op_call(self, msg: dict) -> dict:
+        fn = self._callable(msg)
+        args, kwargs = self._decode(msg.get("args", [])), self._decode(msg.get("kwargs", {}))
+        detector = self._detector(msg.get("forbid", []))
+        try:
+            with self._watching(detector):
+                value = fn(*args, **kwargs)
+        except BaseException as error:  # noqa: B036
+            return {"ok": False, "error": self._describe(error), "violations": detector.violations}
+        return {
+            "ok": True,
+            "value": protocol.to_plain(value, self._keep),
+            "violations": detector.violations,
+        }
+
+    def op_getattr(self, msg: dict) -> dict:
+        value = getattr(self._target(msg["target"]), msg["attr"])
+        return {"ok": True, "value": protocol.to_plain(value, self._keep)}
+
+    def op_build(self, msg: dict) -> dict:
+        """Instantiate a library class (e.g. a course_lib reference module) inside the worker,
+        for the test to hand to the student's code; optionally load a state dict into it."""
+        cls = resolve(msg["name"])
+        if cls is None:
+            raise LookupError(f"cannot import {msg['name']!r} in the worker")
+        obj = cls(*self._decode(msg.get("args", [])), **self._decode(msg.get("kwargs", {})))
+        if msg.get("state_dict") is not None:
+            obj.load_state_dict(msg["state_dict"])
+        return {"ok": True, "value": protocol.to_plain(obj, self._keep)}
+
+    def op_names(self, msg: dict) -> dict:
+        names = {
+            k: type(v).__name__ for k, v in self.module.__dict__.items() if not k.startswith("__")
+        }
+        return {"ok": True, "value": names}
+
+    def op_backward(self, msg: dict) -> dict:
+        import torch
+
+        fn = self._callable(msg)
+        owner = self._target(msg["target"])
+        module = owner if isinstance(owner, torch.nn.Module) else None
+
+        def leaf(x: Any) -> Any:
+            if isinstance(x, torch.Tensor) and x.is_floating_point():
+                return x.detach().clone().requires_grad_(True)
+            return x
+
+        args = [leaf(a) for a in self._decode(msg.get("args", []))]
+        kwargs = {k: leaf(v) for k, v in self._decode(msg.get("kwargs", {})).items()}
+        if module is not None:
+            for p in module.parameters():
+                p.grad = None
+        grad_output = msg.get("grad_output")
+        detector = self._detector(msg.get("forbid", []))
+        try:
+            with self._watching(detector):
+                out = fn(*args, **kwargs)
+                main = out
+                while isinstance(main, (tuple, list)) and main:
+                    main = main[0]
+                if not isinstance(main, torch.Tensor):
+                    raise TypeError(
+                        f"expected a tensor output to differentiate, got {type(main).__name__}"
+                    )
+                if not main.requires_grad:
+                    raise RuntimeError(
+                        "the output does not depend differentiably on the inputs or parameters "
+                        "(was it detached, or computed under torch.no_grad()?)"
+                    )
+                if grad_output is None:
+                    main.sum().backward()
+                else:
+                    main.backward(grad_output)
+        except BaseException as error:  # noqa: B036
+            return {"ok": False, "error": self._describe(error), "violations": detector.violations}
+
+        def grad(x: Any) -> Any:
+            return x.grad if isinstance(x, torch.Tensor) and x.requires_grad else None
+
+        value = {
+            "output": out,
+            "inputs": tuple(grad(a) for a in args),
+            "kwargs": {k: grad(v) for k, v in kwargs.items()},
+            "params": {n: p.grad for n, p in module.named_parameters()} if module else {},
+        }
+        return {
+            "ok": True,
+            "value": protocol.to_plain(value, self._keep),
+            "violations": detector.violations,
+        }
+
+    def op_ping(self, msg: dict) -> dict:
+        return {"ok": True, "value": os.getpid()}
+
+    # -- errors ----------------------------------------------------------------------------
+
+    def _describe(self, error: BaseException) -> dict:
+        try:
+            message = str(error)
+        except BaseException:  # noqa: B036
+            message = "<the exception's message could not be formatted>"
+        with self.trust:  # reads tb_frame, refused to student code
+            frames = traceback.extract_tb(error.__traceback__)
+        frames = [f for f in frames if f.filename in self.labels]
+        lines = []
+        for f in frames[-6:]:
+            lines.append(f"  {f.filename}, line {f.lineno}, in {f.name}")
+            if f.line:
+                lines.append(f"    {f.line.strip()}")
+        kind = type(error).__name__
+        if isinstance(error, SystemExit):
+            message = f"your code called sys.exit({error.code!r})"
+        return {"type": kind, "message": message[:2000], "traceback": "\n".join(lines)}
+
+
+def _err(message: str) -> dict:
+    return {"type": "GraderError", "message": message, "traceback": ""}

@@ -1,0 +1,78 @@
+"""Author–year everywhere: the references list labels each paper as the text cites it.
+
+The text cites author–year (``bibtex_reference_style: author_year``: "Vaswani et al. (2017)"),
+but pybtex's default labels the list alphabetically ("[VSP+17]"), which a reader cannot match
+to the citation. This registers a pybtex style, ``author_year`` (``bibtex_default_style``), whose
+labels are the citation's own text ("Vaswani et al., 2017") and which sorts the list by author
+and year. ``citation()`` gives the same text for the notebooks behind the launch buttons
+(``launch_notebooks.py``), which cannot run Sphinx's roles.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from pybtex.database import Entry, parse_file
+from pybtex.plugin import register_plugin
+from pybtex.richtext import Text
+from pybtex.style.formatting.unsrt import Style as UnsrtStyle
+from pybtex.style.labels import BaseLabelStyle
+
+
+def _last_name(person) -> str:
+    return Text.from_latex(" ".join(person.prelast_names + person.last_names)).render_as("text")
+
+
+def authors_and_year(entry: Entry) -> tuple[str, str]:
+    """("Vaswani et al.", "2017"): one author, two joined by "and", three or more "et al."."""
+    persons = entry.persons.get("author") or entry.persons.get("editor") or []
+    names = [_last_name(p) for p in persons if str(p) != "others"]
+    if not names:
+        authors = entry.fields.get("title", entry.key)
+    elif len(names) == 1 and len(persons) == 1:
+        authors = names[0]
+    elif len(names) == 2 and len(persons) == 2:
+        authors = f"{names[0]} and {names[1]}"
+    else:
+        authors = f"{names[0]} et al."
+    return authors, entry.fields.get("year", "n.d.")
+
+
+class AuthorYearLabels(BaseLabelStyle):
+    def format_labels(self, sorted_entries):
+        for entry in sorted_entries:
+            authors, year = authors_and_year(entry)
+            yield f"{authors}, {year}"
+
+
+class AuthorYearStyle(UnsrtStyle):
+    default_label_style = "author_year"
+    default_sorting_style = "author_year_title"
+
+
+@functools.cache
+def _entries(bibfile: Path) -> dict[str, Entry]:
+    return {key.lower(): entry for key, entry in parse_file(str(bibfile)).entries.items()}
+
+
+def citation(keys: list[str], bibfile: Path, *, textual: bool) -> str:
+    """What ``{cite:p}`` (``textual=False``) or ``{cite:t}`` shows for ``keys``:
+    "(Bahdanau et al., 2015; Vaswani et al., 2017)" or "Vaswani et al. (2017)". An unknown key
+    is shown as it is."""
+    parts = []
+    for key in keys:
+        entry = _entries(Path(bibfile)).get(key.lower())
+        if entry is None:
+            parts.append((key, ""))
+        else:
+            parts.append(authors_and_year(entry))
+    if textual:
+        return ", ".join(f"{a} ({y})" if y else a for a, y in parts)
+    return "(" + "; ".join(f"{a}, {y}" if y else a for a, y in parts) + ")"
+
+
+def setup(app):
+    register_plugin("pybtex.style.labels", "author_year", AuthorYearLabels)
+    register_plugin("pybtex.style.formatting", "author_year", AuthorYearStyle)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
