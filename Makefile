@@ -44,7 +44,7 @@ book: install
 ## samples) that passes `python -m autograder check` at once: make new-assignment NAME=a6_topic
 new-assignment: install
 	@test -n "$(NAME)" || { echo "usage: make new-assignment NAME=a6_topic" >&2; exit 2; }
-	$(PY) -m autograder.tools.scaffold $(NAME)
+	$(PY) -m autograder new-assignment $(NAME)
 
 ## release: regenerate the student releases in assignments/ from the nbgrader sources in solutions/.
 release: install
@@ -82,7 +82,7 @@ book-smoke: install
 ## student wheel of course_lib, the student edition of the book (NO_BOOK=1 leaves it out), a README.
 student-bundle: install $(if $(NO_BOOK),,book)
 	@test "$(EDITION)" = student || { echo "error: the bundle takes the student edition" >&2; exit 1; }
-	$(PY) -m autograder.course.embargo bundle --out dist/student $(if $(NO_BOOK),,--book book/_build/html)
+	$(PY) -m autograder embargo bundle --out dist/student $(if $(NO_BOOK),,--book book/_build/html)
 
 clean:
 	rm -rf book/_build build_artifacts

@@ -1,7 +1,8 @@
 """Grading throughput: ``nbgrader autograde`` against ``python -m autograder grade --jobs 2``.
 
 Both grade the same submissions, in nbgrader's ``submitted/`` layout of a throwaway course folder,
-in one run: by default 40 of the grader's fixture assignment (tests/fixtures/grader: reference,
+in one run: by default 40 of the grader's fixture assignment (tests/grader/fixtures/grader:
+reference,
 partial, wrong-scaling and blank notebooks); with ``--assignment a2_self_attention`` copies of a
 real assignment's reference, blank release and samples (autograder/samples/<name>/).
 nbgrader starts a kernel per notebook and executes every cell

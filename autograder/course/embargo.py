@@ -35,15 +35,14 @@ its output) into ``course_lib/checks/data/<assignment>.pt``: the checks get the 
 and the outputs of the usual mistakes (a pre-norm block, unscaled embeddings) as data, and keep
 their diagnoses; any other call raises ``NotImplementedError`` naming the part.
 
-    python -m autograder.course.embargo list               # the schedule, what is embargoed
-    python -m autograder.course.embargo wheel --out DIR    # the student wheel
-    python -m autograder.course.embargo bundle [--book DIR] [--out dist/student]
-    python -m autograder.course.embargo scan PATH...       # embargoed statements in files
+    python -m autograder embargo list         # the schedule, what is embargoed
+    python -m autograder embargo wheel --out DIR   # the student wheel
+    python -m autograder embargo bundle [--book DIR] [--out dist/student]
+    python -m autograder embargo scan PATH...   # embargoed statements in files
 """
 
 from __future__ import annotations
 
-import argparse
 import ast
 import contextlib
 import html
@@ -918,51 +917,3 @@ def build_bundle(p: Plan, out: Path, book: Path | None = None) -> Path:
             if f.is_file():
                 z.write(f, Path(out.name) / f.relative_to(out))
     return archive
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m autograder.course.embargo", description=__doc__
-    )
-    parser.add_argument("--course-dir", type=Path, default=PACKAGE_ROOT)
-    parser.add_argument("--schedule", type=Path, default=None, help="default: <course>/course.yml")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="the schedule and the embargoed objects")
-    w = sub.add_parser("wheel", help="build the student wheel")
-    w.add_argument("--out", type=Path, default=Path("dist/student"))
-    b = sub.add_parser("bundle", help="build dist/student/ and dist/student.zip")
-    b.add_argument("--out", type=Path, default=Path("dist/student"))
-    b.add_argument("--book", type=Path, default=None, help="a built student edition (html)")
-    s = sub.add_parser("scan", help="embargoed statements in files (exit 1 if any)")
-    s.add_argument("paths", type=Path, nargs="+")
-    args = parser.parse_args(argv)
-    try:
-        p = plan(args.course_dir, args.schedule)
-    except ScheduleError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    if args.command == "list":
-        for a in p.assignments:
-            print(f"{a.label} {a.name}: {a.state}")
-        for item in sorted(p.embargoed.values(), key=lambda i: (i.assignment, i.dotted)):
-            print(f"  embargoed {item.dotted}  ({item.where})")
-        for note in p.notes:
-            print(f"  note: {note}")
-    elif args.command == "wheel":
-        print(build_wheel(p, args.out))
-    elif args.command == "bundle":
-        archive = build_bundle(p, args.out, args.book)
-        hits = scan(p, [args.out])
-        for hit in hits:
-            print(f"leak: {hit}", file=sys.stderr)
-        print(f"wrote {args.out}/ and {archive}")
-        return 1 if hits else 0
-    elif args.command == "scan":
-        hits = scan(p, args.paths)
-        print("\n".join(hits) or "no embargoed statement found")
-        return 1 if hits else 0
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

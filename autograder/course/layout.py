@@ -21,12 +21,18 @@ from autograder.course.notebook import Cell, cell_role, read_notebook
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
+class SetupError(Exception):
+    """A problem with the course's files or a command's arguments, with what to do about it. The
+    command line (:mod:`autograder.cli`) prints it as ``error: ...`` and exits with status 2;
+    nothing below the command line exits."""
+
+
 def find_course(path: str | Path | None = None) -> Path:
     """The course folder: ``path``, else the working directory if it looks like one, else ours."""
     if path is not None:
         root = Path(path).resolve()
         if not root.is_dir():
-            raise SystemExit(f"error: course folder {root} does not exist")
+            raise SetupError(f"course folder {root} does not exist")
         return root
     cwd = Path.cwd()
     if (cwd / "nbgrader_config.py").exists() or (cwd / "autograder" / "suites").is_dir():
@@ -75,8 +81,8 @@ class Course:
         folder = self.release_dir(assignment)
         paths = sorted(folder.glob("*.ipynb")) if folder.is_dir() else []
         if not paths:
-            raise SystemExit(
-                f"error: no release notebooks in {folder}; run `python -m autograder release "
+            raise SetupError(
+                f"no release notebooks in {folder}; run `python -m autograder release "
                 f"{assignment}` (or `make release`) first"
             )
         return {p.name: read_notebook(p).cells for p in paths}

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autograder.course.layout import Course
+from autograder.course.layout import Course, SetupError
 from autograder.course.notebook import (
     Cell,
     NotebookError,
@@ -204,7 +204,7 @@ class Grader:
         self.options = options or Options()
         self.suite = Path(suite or course.suite_dir(assignment)).resolve()
         if not self.suite.is_dir():
-            raise SystemExit(f"error: no hidden suite for {assignment!r} at {self.suite}")
+            raise SetupError(f"no hidden suite for {assignment!r} at {self.suite}")
         self.release = course.release_notebooks(assignment)
         self.grade_cells = course.grade_cells(assignment)
         self.hide = list(hide or [])
@@ -239,11 +239,11 @@ class Grader:
             raise RuntimeError(f"collecting the hidden suite failed: {reply}\n{self.runners.log()}")
         self.manifest = json.loads(manifest_path.read_text())
         if self.manifest["errors"]:
-            raise SystemExit(
-                "error: the hidden suite has problems:\n  " + "\n  ".join(self.manifest["errors"])
+            raise SetupError(
+                "the hidden suite has problems:\n  " + "\n  ".join(self.manifest["errors"])
             )
         if not self.manifest["tests"]:
-            raise SystemExit(f"error: the hidden suite {self.suite} has no tests")
+            raise SetupError(f"the hidden suite {self.suite} has no tests")
 
     def __exit__(self, *exc: Any) -> None:
         if self.shared is None and self.runners is not None:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from autograder.course.layout import SetupError
+
 MAX_FILES = 200
 
 
@@ -63,7 +65,7 @@ def discover(folder: Path, assignment: str, release: list[str]) -> list[Submissi
     graded; hidden entries (``.name``) are skipped."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise SystemExit(f"error: submissions folder {folder} does not exist")
+        raise SetupError(f"submissions folder {folder} does not exist")
     found: list[Submission] = []
     used: set[str] = set()
 
@@ -101,13 +103,13 @@ def discover(folder: Path, assignment: str, release: list[str]) -> list[Submissi
         elif stat.S_ISDIR(info.st_mode):
             inner = entry / assignment
             if _is_dir(inner):
-                found.append(_folder_submission(entry.name, inner, release, unique=unique))
+                found.append(folder_submission(entry.name, inner, release, unique=unique))
             elif _lexists(inner):
                 sub = unique(entry.name, notebooks={}, files=[], base=folder)
                 sub.error = f"{entry.name}/{assignment} is not a folder: refused"
                 found.append(sub)
             elif any(_is_file_entry(p) for p in _children(entry)) or not _children(entry):
-                found.append(_folder_submission(entry.name, entry, release, unique=unique))
+                found.append(folder_submission(entry.name, entry, release, unique=unique))
             else:
                 names = ", ".join(sorted(p.name for p in _children(entry))[:5])
                 sub = unique(entry.name, notebooks={}, files=[], base=folder, submitted=False)
@@ -175,7 +177,7 @@ def _walk(folder: Path) -> tuple[list[Path], list[Path]]:
     return sorted(files), refused
 
 
-def _folder_submission(
+def folder_submission(
     student: str,
     folder: Path,
     release: list[str],

@@ -18,3 +18,9 @@ class Options:
     sandbox: str = "auto"  # "auto", "namespace" or "fallback"
     salt: str = field(default_factory=lambda: os.environ.get("AUTOGRADER_SALT", ""))
     progress: bool = True
+
+    @classmethod
+    def from_environment(cls) -> Options:
+        """The defaults, with ``AUTOGRADER_SANDBOX`` (``fallback`` on a host without namespaces)
+        taken into account."""
+        return cls(sandbox=os.environ.get("AUTOGRADER_SANDBOX", "auto"))

@@ -31,18 +31,17 @@ default for every test plus ``fnmatch`` patterns on the test's node id, from
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import json
 import os
 import stat
-import sys
 import tomllib
 import traceback
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
-from autograder.course.layout import PACKAGE_ROOT, Course
+from autograder.course.layout import PACKAGE_ROOT, Course, SetupError
 
 LEVELS = ("visible", "after_due_date", "after_published", "hidden")
 CONFIG = "gradescope.json"
@@ -75,7 +74,8 @@ PY="${AUTOGRADER_PYTHON:-$ROOT/venv/bin/python}"
 [ -x "$PY" ] || PY=python3
 mkdir -p "$ROOT/results"
 cd "$ROOT/source"
-PYTHONPATH="$ROOT/source" "$PY" -m autograder.integrations.gradescope run --root "$ROOT"
+export PYTHONPATH="$ROOT/source"
+"$PY" -m autograder --course-dir "$ROOT/source" gradescope-run --root "$ROOT"
 status=$?
 if [ ! -s "$ROOT/results/results.json" ]; then
   echo '{"score": 0, "output": "The autograder failed; please tell the course staff."}' \\
@@ -147,11 +147,11 @@ def visibility_config(
     for item in patterns or []:
         pattern, _, level = item.rpartition("=")
         if not pattern:
-            raise SystemExit(f"error: --test-visibility wants PATTERN=LEVEL, got {item!r}")
+            raise SetupError(f"--test-visibility wants PATTERN=LEVEL, got {item!r}")
         config["tests"][pattern] = level
     for level in [config["visibility"], *config["tests"].values()]:
         if level not in LEVELS:
-            raise SystemExit(f"error: visibility {level!r} is not one of {', '.join(LEVELS)}")
+            raise SetupError(f"visibility {level!r} is not one of {', '.join(LEVELS)}")
     return config
 
 
@@ -168,7 +168,7 @@ def build(
     release = course.release_dir(assignment)
     for what, path in (("hidden suite", suite), ("release", release)):
         if not path.is_dir():
-            raise SystemExit(f"error: no {what} for {assignment!r} at {path}")
+            raise SetupError(f"no {what} for {assignment!r} at {path}")
     config = {"assignment": assignment, **visibility_config(suite, visibility, test_visibility)}
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -185,7 +185,7 @@ def build(
 
 
 # ---------------------------------------------------------------------------------------------
-# Inside Gradescope: `python -m autograder.integrations.gradescope run`
+# Inside Gradescope: `python -m autograder gradescope-run`
 # ---------------------------------------------------------------------------------------------
 
 
@@ -228,7 +228,9 @@ def finish_results(results: dict, config: dict, written_html: str | None) -> dic
     return results
 
 
-def run(root: Path) -> int:
+def run(root: Path, grade: Callable[[list[str]], int]) -> int:
+    """Grade the one submission in ``root``; ``grade`` is the command line's entry point (the
+    command layer passes it in, so that this integration never imports the command line)."""
     source = root / "source"
     results_dir = root / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -236,14 +238,13 @@ def run(root: Path) -> int:
     config = json.loads((source / CONFIG).read_text())
     assignment = config["assignment"]
     student = student_identity(root)
-    from autograder.cli import main
     from autograder.sandbox.namespaces import available
 
     # Gradescope runs each submission in a throwaway container that holds only this zip (no
     # other student's work, no gradebook); where its Docker profile forbids namespaces, the
     # fallback is asked for by name here, and the grade output says what it cannot guarantee.
     sandbox = os.environ.get("AUTOGRADER_SANDBOX") or ("auto" if available() else "fallback")
-    status = main(
+    status = grade(
         ["--course-dir", str(source), "grade", assignment,
          "--submissions", str(root / "submission"), "--student", student, "--no-gradebook",
          "--jobs", "1", "--quiet", "--out", str(results_dir / "grader"),
@@ -263,16 +264,3 @@ def run(root: Path) -> int:
     results = finish_results(json.loads(results_path.read_text()), config, written)
     results_path.write_text(json.dumps(results, indent=1))
     return status
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m autograder.integrations.gradescope")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("run", help="grade /autograder/submission (what run_autograder calls)")
-    p.add_argument("--root", default=os.environ.get("AUTOGRADER_ROOT", "/autograder"))
-    args = parser.parse_args(argv)
-    return run(Path(args.root))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """``make new-assignment NAME=a6_topic``: scaffold a complete assignment that passes
 ``python -m autograder check`` at once.
 
-    python -m autograder.tools.scaffold a6_topic [--course-dir DIR]
+    python -m autograder new-assignment a6_topic [--course-dir DIR]
 
 Writes, and refuses to overwrite any of them:
 
@@ -23,14 +23,13 @@ pattern: a solution cell, its check cell with points, hidden tests marked with t
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import secrets
 import sys
 from pathlib import Path
 
-from autograder.course.layout import Course, find_course
+from autograder.course.layout import Course
 
 SOURCE = '''---
 jupytext:
@@ -159,7 +158,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from autograder.core import CheckFailed, check_close, passed
+from .core import CheckFailed, check_close, passed
 
 
 def check_softmax(softmax: Callable[[Tensor], Tensor]) -> None:
@@ -297,17 +296,3 @@ def scaffold(course: Course, name: str) -> int:
             f"then edit solutions/{name}/{name}.md (see solutions/_authoring/README.md)"
         )
     return status
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m autograder.tools.scaffold", description=__doc__
-    )
-    parser.add_argument("name")
-    parser.add_argument("--course-dir", help="the course folder (default: here, or this repo)")
-    args = parser.parse_args(argv)
-    return scaffold(Course(find_course(args.course_dir)), args.name)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from autograder.course.layout import Course
+from autograder.course.layout import Course, SetupError
 from autograder.host.grader import Grader
 from autograder.host.intake import Submission, discover
 from autograder.host.options import Options
@@ -195,8 +195,8 @@ def _selfgrade(
                 ]
                 extra, expected = samples(course, assignment, release)
                 rows = grader.grade(subs + extra)
-        except (SystemExit, RuntimeError) as error:  # no suite, no release, a broken suite
-            reason = str(error.code if isinstance(error, SystemExit) else error)
+        except (SetupError, RuntimeError) as error:  # no suite, no release, a broken suite
+            reason = str(error)
             table.append(
                 {"assignment": assignment, "submission": "(cannot grade)", "score": 0.0,
                  "max_score": 0.0, "percent": 0.0, "expected": "-", "ok": False,

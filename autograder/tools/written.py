@@ -47,10 +47,10 @@ def _cell_html(cell: dict) -> str:
 
 def answers(course: Course, assignment: str, folder: Path) -> list[dict]:
     """The manually graded cells with the student's answer (``None`` when missing)."""
-    from autograder.host.intake import _folder_submission
+    from autograder.host.intake import folder_submission
 
     release = sorted(p.name for p in course.release_dir(assignment).glob("*.ipynb"))
-    sub = _folder_submission("student", Path(folder), release)
+    sub = folder_submission("student", Path(folder), release)
     manual = [c for c in course.grade_cells(assignment).values() if not c.autograded]
     found: list[dict] = []
     for cell in manual:

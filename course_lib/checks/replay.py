@@ -1,6 +1,6 @@
 """Check data: the visible checks know the references' outputs, not their code.
 
-In the student edition of ``course_lib`` (``python -m autograder.course.embargo``), the body of each
+In the student edition of ``course_lib`` (``python -m autograder embargo``), the body of each
 object that an assignment grades is replaced, while its solutions are embargoed, by a call to
 :func:`replay`. When the bundle is built, the instructor's edition runs every visible check with
 the reference answers and records each call of an embargoed object: a digest of its arguments (the

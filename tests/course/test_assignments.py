@@ -387,11 +387,11 @@ def test_new_assignment_scaffold_passes_check_at_once(tmp_path):
     name = "a9_scaffold_example"
     cli = [*GRADER[:-1], str(tmp_path)]
     out = run(
-        [sys.executable, "-m", "autograder.tools.scaffold", name, "--course-dir", str(tmp_path)]
+        [sys.executable, "-m", "autograder", "--course-dir", str(tmp_path), "new-assignment", name]
     )
     assert out.returncode == 0, out.stdout + out.stderr
     again = run(
-        [sys.executable, "-m", "autograder.tools.scaffold", name, "--course-dir", str(tmp_path)]
+        [sys.executable, "-m", "autograder", "--course-dir", str(tmp_path), "new-assignment", name]
     )
     assert again.returncode != 0 and "exists already" in again.stderr, "overwrote an assignment"
     for args in (["check"], ["format", "--check"]):

@@ -1,4 +1,5 @@
-"""The cheat corpus: every submission in tests/fixtures/grader/corpus.py gets its expected score.
+"""The cheat corpus: every submission in tests/grader/fixtures/grader/corpus.py gets its expected
+score.
 
 One ``python -m autograder grade`` run over ~45 submissions (cheats, crashes, bad files) against
 the fixture assignment, in nbgrader's layout, writing the gradebook; then assertions on its

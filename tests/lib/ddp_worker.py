@@ -1,4 +1,5 @@
-"""One data-parallel training step, run by tests/test_gpu.py under torchrun with 2 CPU processes.
+"""One data-parallel training step, run by tests/lib/test_gpu.py under torchrun with 2 CPU
+processes.
 
     python -m torch.distributed.run --nproc_per_node=2 --standalone tests/lib/ddp_worker.py OUT_DIR
 

@@ -76,7 +76,7 @@ def test_every_preset_is_covered():
         missing = [attr for attr in ("TINY", "example_batch") if not hasattr(module, attr)]
         assert not missing, (
             f"{module.__name__} defines preset {name!r} but not {missing}; "
-            "see the protocol in tests/test_models_generic.py"
+            "see the protocol in tests/lib/test_models_generic.py"
         )
 
 

@@ -147,7 +147,7 @@ def test_swin_same_weights_same_logits(timm, case):
 def test_swin_pad_then_shift_differs_from_timm_as_documented(timm):
     """A 13x13 map, window 4: padded by 3, shifted by 2. timm shifts first, course_lib pads first.
 
-    course_lib follows the authors' detection code and Hugging Face (tests/test_swin.py); the
+    course_lib follows the authors' detection code and Hugging Face (tests/lib/test_swin.py); the
     docstring of ``course_lib.models.swin.from_timm`` states the difference.
     """
     sizes = dict(image_size=26, patch_size=2, embed_dim=8, depths=(2,), num_heads=(2,),

@@ -1,0 +1,74 @@
+"""Checking the course's own material: ``check``, ``selfgrade``, ``fairness``, ``mutants``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from autograder.cli import arg, command
+from autograder.commands.grading import trusted_options
+from autograder.course.layout import Course, SetupError
+
+
+@command(
+    "check", "reference scores 100%%, blank 0, rerun identical", arg("assignment"), limits=True
+)
+def check(args: argparse.Namespace, course: Course) -> int:
+    from autograder.tools.selfcheck import check
+
+    return check(course, args.assignment, trusted_options(args))
+
+
+@command(
+    "selfgrade",
+    "grade reference, blank and samples against expected.json",
+    arg("assignments", nargs="+"),
+    arg("--out", help="where to write the rows (default grading/selfgrade.json)"),
+    limits=True,
+)
+def selfgrade(args: argparse.Namespace, course: Course) -> int:
+    from autograder.tools.selfcheck import selfgrade
+
+    out = Path(args.out) if args.out else course.grading_dir / "selfgrade.json"
+    return selfgrade(course, args.assignments, trusted_options(args), out)
+
+
+@command(
+    "fairness",
+    "grade each sample under many names; flag varying scores",
+    arg("assignments", nargs="+"),
+    arg("--names", type=int, default=8, help="student names per sample (default 8)"),
+    arg("--out", help="where to write the rows (default grading/fairness.json)"),
+    limits=True,
+)
+def fairness(args: argparse.Namespace, course: Course) -> int:
+    from autograder.tools.fairness import fairness
+
+    out = Path(args.out) if args.out else course.grading_dir / "fairness.json"
+    return fairness(course, args.assignments, trusted_options(args), out, names=args.names)
+
+
+@command(
+    "mutants",
+    "grade the catalogue of usual mistakes; kill/named rates",
+    arg("assignments", nargs="*", help="one or more assignments"),
+    arg("--all", action="store_true", help="every assignment with a mutants.yml"),
+    arg("--names", type=int, default=3, help="student names (seeds) per mutant (3)"),
+    arg("--strict", action="store_true", help="fail below 100%% killed, 80%% named"),
+    arg("--out", help="rows (default grading/mutants-<assignment>.json)"),
+    limits=True,
+)
+def mutants(args: argparse.Namespace, course: Course) -> int:
+    from autograder.tools.mutants import catalogued, mutants, overview
+
+    names = catalogued(course) if args.all else args.assignments
+    if not names or (args.out and len(names) > 1):
+        raise SetupError("mutants: name one or more assignments, or --all (--out only with one)")
+    options, status, outs = trusted_options(args), 0, []
+    for name in names:
+        out = Path(args.out) if args.out else course.grading_dir / f"mutants-{name}.json"
+        status |= mutants(course, name, options, out, names=args.names, strict=args.strict)
+        outs.append((name, out))
+    if len(outs) > 1:
+        overview(outs)
+    return status
