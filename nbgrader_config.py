@@ -42,7 +42,8 @@ if str(ROOT) not in sys.path:
 warnings.filterwarnings("ignore", module=r"nbgrader(\.|$)")
 warnings.filterwarnings("ignore", message=r".*(SQLAlchemy|relationship|Query\.get).*")
 
-# The exchange (nbgrader collect/release): nbgrader's default /srv/nbgrader/exchange, or this.
+# The exchange (nbgrader collect/release): nbgrader 0.9.6's default
+# /usr/local/share/nbgrader/exchange, or this.
 if os.environ.get("NBGRADER_EXCHANGE"):
     c.Exchange.root = os.environ["NBGRADER_EXCHANGE"]
 
@@ -79,7 +80,7 @@ c.ExportApp.plugin_class = "autograder.integrations.nbbridge.CourseCsvExport"
 # `nbgrader zip_collect <name>`: put the LMS's zip in grading/downloaded/<name>/archive/.
 LMS_PATTERNS = {
     # Canvas: smithjohn_12345_67890_a2_self_attention.ipynb (late: smithjohn_LATE_12345_...)
-    "canvas": r".*/(?P<name>[^/_]+)_(?:LATE_)?(?P<student_id>\d+)_\d+_(?P<file_id>[^/]+)$",
+    "canvas": r".*/(?P<name>[^/_]+)_(?P<late>LATE_)?(?P<student_id>\d+)_\d+_(?P<file_id>[^/]+)$",
     # Moodle: "John Smith_12345_assignsubmission_file_/a2.ipynb" (or the same without the slash)
     "moodle": (
         r".*/(?P<name>[^/_]+)_(?P<student_id>\d+)_assignsubmission_file_/?(?P<file_id>[^/]+)$"
@@ -92,6 +93,12 @@ LMS_PATTERNS = {
 }
 c.FileNameCollectorPlugin.named_regexp = LMS_PATTERNS[os.environ.get("COURSE_LMS", "canvas")]
 c.FileNameCollectorPlugin.valid_ext = [".ipynb", ".py"]
+# Submission times: the LMS's upload time (the zip entry's time; Blackboard's is in the file
+# name), not the time of extraction; Canvas's LATE_ verdict and the names go to lms.json
+# (autograder/integrations/lms.py). A zip stores local times without a zone: set yours here.
+c.ZipCollectApp.extractor_plugin = "autograder.integrations.lms.TimedExtractor"
+c.ZipCollectApp.collector_plugin = "autograder.integrations.lms.LmsCollector"
+c.TimedExtractor.zip_timezone = os.environ.get("COURSE_LMS_TIMEZONE", "UTC")
 
 # Releases must not depend on which files happen to sit beside a source notebook.
 # The text source of a notebook (solutions/<name>/<name>.md, with the solutions) is never released.

@@ -52,6 +52,13 @@ def trusted_options(args: argparse.Namespace) -> Options:
     arg("--gradescope", help="also copy the (single) results.json here"),
     arg("--no-gradebook", action="store_true", help="do not write nbgrader's gradebook"),
     arg("--no-similarity", action="store_true", help="skip similarity.md/.html"),
+    arg(
+        "--points-mismatch",
+        choices=("refuse", "warn"),
+        default="refuse",
+        help="when the hidden tests' points disagree with the notebook's grade cells: refuse "
+        "to grade (default) or grade with the notebook's points, saying so",
+    ),
     limits=True,
 )
 def grade(args: argparse.Namespace, course: Course) -> int:
@@ -66,6 +73,22 @@ def grade(args: argparse.Namespace, course: Course) -> int:
     source = Path(args.submissions) if args.submissions else course.submitted_dir
     out = Path(args.out) if args.out else course.root / "autograder_out" / args.assignment
     with Grader(course, args.assignment, options, hide=[source.resolve(), out.resolve()]) as g:
+        from autograder.tools.selfcheck import consistency
+
+        problems = consistency(g)  # what `check` verifies, before a single student is graded
+        if problems:
+            said = "\n  ".join(problems)
+            what = f"the hidden suite of {args.assignment} disagrees with its notebook"
+            fix = (
+                f"fix the suite's points(...) or the check cell's :points: in "
+                f"solutions/{args.assignment}/{args.assignment}.md, run `python -m autograder "
+                f"release {args.assignment}` and `python -m autograder check {args.assignment}`"
+            )
+            if args.points_mismatch == "refuse":
+                print(f"error: {what}; nothing was graded:\n  {said}\n{fix}", file=sys.stderr)
+                return 2
+            print(f"WARNING: {what} (graded with the notebook's points, each cell capped at "
+                  f"them):\n  {said}\n{fix}", file=sys.stderr)  # fmt: skip
         release = list(g.release)
         if args.student:
             subs = [folder_submission(args.student, source, release)]

@@ -56,6 +56,9 @@ def safe_name(student: str) -> str:
 
 
 IGNORED_ENTRIES = {".ipynb_checkpoints", ".DS_Store", "__MACOSX", "Thumbs.db"}
+# nbgrader's bookkeeping files belong in <student>/<assignment>/; at the top of the submissions
+# folder they are never a student's notebook (an older grader left them there)
+BOOKKEEPING = {"timestamp.txt", "submission_secret.txt"}
 
 
 def discover(folder: Path, assignment: str, release: list[str]) -> list[Submission]:
@@ -83,7 +86,9 @@ def discover(folder: Path, assignment: str, release: list[str]) -> list[Submissi
     entries = [
         e
         for e in sorted(folder.iterdir())
-        if not e.name.startswith(".") and e.name not in IGNORED_ENTRIES
+        if not e.name.startswith(".")
+        and e.name not in IGNORED_ENTRIES
+        and not (e.name in BOOKKEEPING and e.is_file())
     ]
     for entry in entries:
         try:

@@ -74,10 +74,12 @@ def finish(course: Course, assignment: str, subs: list, rows: list[dict]) -> lis
     from nbgrader.utils import parse_utc
 
     from autograder.integrations.gradebook import nbgrader_settings
+    from autograder.integrations.lms import read_lms, split_name
 
     quiet_sqlalchemy()
     settings = nbgrader_settings(course.root)
     due = due_date(course.root, assignment)
+    lms = read_lms(Path(settings["downloaded"]), assignment)  # what zip_collect recorded
     late: list[dict] = []
     by_id = {getattr(s, "id", s.student): s for s in subs}
     with Gradebook(settings["db_url"], settings["course_id"]) as gb:
@@ -86,12 +88,14 @@ def finish(course: Course, assignment: str, subs: list, rows: list[dict]) -> lis
         for row in rows:
             key = row.get("id") or row["student"]  # the safe id names folders and gradebook rows
             sub = by_id.get(key)
-            if sub is None:
-                continue
+            if sub is None or row.get("submitted") is False or not getattr(sub, "submitted", True):
+                continue  # an entry of the folder that is not a submission: nothing to keep
             base = Path(sub.base)
-            if _inside(base, Path(settings["submitted"])):
-                # nbgrader's own bookkeeping files, as its collect writes them; the student's
-                # files are never written to
+            submitted = Path(settings["submitted"])
+            if _inside(base, submitted) and base.resolve() != submitted.resolve():
+                # nbgrader's own bookkeeping files, as its collect writes them, in the student's
+                # <student>/<assignment>/ folder (never in submitted/ itself, where they would
+                # read as students named "timestamp"); the student's files are never written to
                 _complete(base, sub)
             dest = Path(settings["autograded"]) / key / assignment
             dest.mkdir(parents=True, exist_ok=True)
@@ -113,7 +117,15 @@ def finish(course: Course, assignment: str, subs: list, rows: list[dict]) -> lis
             seconds = submission.total_seconds_late
             row["timestamp"] = submission.timestamp.isoformat() if submission.timestamp else None
             row["seconds_late"] = float(seconds or 0)
-            if seconds and seconds > 0:
+            from_lms = lms.get(key) if isinstance(lms.get(key), dict) else {}
+            student = submission.student
+            if from_lms.get("name") and not (student.first_name or student.last_name):
+                student.first_name, student.last_name = split_name(str(from_lms["name"]))
+                gb.db.commit()  # formgrader shows the LMS's name, not "None, None"
+            if from_lms.get("late"):
+                row["lms_late"] = True
+                row["notes"].append("the LMS marked this submission late")
+            if (seconds and seconds > 0) or from_lms.get("late"):
                 late.append(row)
             for name, path in sub.notebooks.items():
                 if path is not None and _regular(Path(path)) and (dest / name).is_file():
@@ -123,7 +135,12 @@ def finish(course: Course, assignment: str, subs: list, rows: list[dict]) -> lis
                         row["notes"].append(f"student outputs not kept: {type(exc).__name__}")
     for row in late:
         hours = row["seconds_late"] / 3600
-        print(f"  late: {row['student']} submitted {hours:.1f} h after the due date")
+        said = "; marked late by the LMS" if row.get("lms_late") else ""
+        if hours > 0:
+            print(f"  late: {row['student']} submitted {hours:.1f} h after the due date{said}")
+        else:
+            here = "no due date is set here" if due is None else "on time by the due date here"
+            print(f"  late: {row['student']} was marked late by the LMS ({here})")
     return late
 
 

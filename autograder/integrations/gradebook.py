@@ -46,6 +46,7 @@ def nbgrader_settings(root: Path) -> dict[str, Any]:
         "autograded": str(root / "autograded"),
         "submitted": str(root / "submitted"),
         "feedback": str(root / "feedback"),
+        "downloaded": str(root / "downloaded"),
     }
     path = root / "nbgrader_config.py"
     if path.exists():
@@ -62,6 +63,8 @@ def nbgrader_settings(root: Path) -> dict[str, Any]:
             ("feedback", "feedback_directory"),
         ):
             settings[key] = str(base / cd.get(name, key))
+        zc = config.get("ZipCollectApp", {})
+        settings["downloaded"] = str(base / zc.get("downloaded_directory", "downloaded"))
     return settings
 
 

@@ -13,7 +13,10 @@ zip's top level is::
 ``setup.sh`` installs Python 3.11 (the course's version: ``tomllib``, the pinned wheels) from the
 deadsnakes PPA when the image lacks it (Gradescope's Ubuntu 22.04 base ships 3.10; on a 24.04 base
 ``python3.11`` is also taken from the PPA), makes a virtual environment in ``/autograder/venv`` and
-installs ``requirements.txt`` (the course's exact pins; torch from the CPU wheel index).
+installs ``requirements.txt`` (the course's exact pins): torch first, from the CPU wheel index
+only (``--index-url``; setup fails, loudly, if that index cannot be reached, rather than take
+PyPI's CUDA build), then the rest from PyPI. ``AUTOGRADER_SETUP_PYTHON`` and
+``AUTOGRADER_TORCH_INDEX`` replace the interpreter and the index (a test runs it offline).
 
 ``run_autograder`` runs ``python -m autograder gradescope-run``, which grades the submission under
 the student's Gradescope identity (``users[0].id``, else the e-mail: each student draws their own
@@ -60,10 +63,24 @@ if ! command -v python3.11 >/dev/null 2>&1; then
   apt-get update
   DEBIAN_FRONTEND=noninteractive apt-get install -y python3.11 python3.11-venv
 fi
-python3.11 -m venv "$ROOT/venv"
-"$ROOT/venv/bin/pip" install --upgrade pip
-"$ROOT/venv/bin/pip" install -r "$HERE/requirements.txt" \\
-  --extra-index-url https://download.pytorch.org/whl/cpu
+PY="${AUTOGRADER_SETUP_PYTHON:-python3.11}"
+TORCH_INDEX="${AUTOGRADER_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
+"$PY" -m venv "$ROOT/venv"
+PIP=("$ROOT/venv/bin/python" -m pip --disable-pip-version-check)
+# torch alone, from the CPU wheel index only (--index-url, never --extra-index-url: with PyPI also
+# in the search, an unreachable CPU index would silently bring the multi-GB CUDA build)
+if ! "${PIP[@]}" install --index-url "$TORCH_INDEX" "$(grep -E '^torch==' "$HERE/requirements.txt")"
+then
+  echo "setup.sh: torch could not be installed from the CPU wheel index $TORCH_INDEX;" >&2
+  echo "refusing to fall back on PyPI's CUDA build" >&2
+  exit 1
+fi
+# the rest from PyPI; torch is already satisfied, so nothing here can replace it
+"${PIP[@]}" install -r "$HERE/requirements.txt"
+"$ROOT/venv/bin/python" -c "import sys, torch; sys.exit(torch.version.cuda is not None)" || {
+  echo "setup.sh: a CUDA build of torch was installed; the course runs on the CPU build" >&2
+  exit 1
+}
 """
 
 RUN = """#!/usr/bin/env bash
@@ -211,6 +228,8 @@ def level_for(nodeid: str, config: dict) -> str:
 
 
 def finish_results(results: dict, config: dict, written_html: str | None) -> dict:
+    # the whole result (score included) follows the default level, as each test does
+    results["visibility"] = config.get("visibility", "visible")
     for test in results.get("tests", []):
         test["visibility"] = level_for(test["name"], config)
     if written_html:

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -211,6 +212,119 @@ def to_text(nb: nbformat.NotebookNode) -> str:
     return "\n".join(parts)
 
 
+# --------------------------------------------------------------------------------------------
+# points: declared once (the cells' options), stated again in the prose
+# --------------------------------------------------------------------------------------------
+
+NUMBER = r"(\d+(?:\.\d+)?)"
+PART = re.compile(rf"^(## (\d+)\. .*?\(){NUMBER}( points?)((?:, graded by hand)?\)\s*)$", re.M)
+QUESTION = re.compile(rf"(\*\*Q\d+ \(){NUMBER}( points?)(\)\.?\*\*)")
+ROW = re.compile(rf"^(\| (.+?) \| (hidden tests|by hand) \| ){NUMBER}( \|)$", re.M)
+TOTAL = re.compile(rf"\*\*{NUMBER}\*\* \({NUMBER} automatic \+ {NUMBER} by hand\)")
+
+
+def _points(value: float, unit: str) -> str:
+    return f"{value:g}" + (unit.rstrip("s") if value == 1 else unit.rstrip("s") + "s")
+
+
+def sync_points(nb: nbformat.NotebookNode) -> list[str]:
+    """Restate the points of the check and written cells (their ``points`` option, the one
+    declaration) wherever the prose states them: a part's heading ``## 3. Title (4 points)`` (the
+    sum of its check cells; ``(6 points, graded by hand)``: of its written cells), a question's
+    ``**Q1 (2 points).**`` (the written cell after it), and in the "What is graded" table the
+    total line, each ``Qn`` row and each step row that is its part's only row. Changes the cells
+    in place; returns what it changed (a points fix is one edit: the cell's ``points``)."""
+    kinds = [kind_of(c) for c in nb.cells]
+    auto: dict[int, float] = {}
+    manual: dict[int, float] = {}
+    part = 0
+    for cell, kind in zip(nb.cells, kinds, strict=True):
+        if cell.cell_type == "markdown":
+            for match in re.finditer(r"^## (?:(\d+)\.)?", cell.source, re.M):
+                part = int(match.group(1) or 0)  # an unnumbered heading ends the part
+        points = cell.metadata.get("nbgrader", {}).get("points", 0)
+        if kind == "check":
+            auto[part] = auto.get(part, 0) + points
+        elif kind == "written":
+            manual[part] = manual.get(part, 0) + points
+    written = [c.metadata["nbgrader"]["points"] for c, k in zip(nb.cells, kinds, strict=True)
+               if k == "written"]  # fmt: skip
+    changes: list[str] = []
+
+    def put(cell: nbformat.NotebookNode, text: str) -> None:
+        if text != cell.source:
+            old = set(cell.source.splitlines())
+            changes.extend(f"{cell.id}: {line}" for line in text.splitlines() if line not in old)
+            cell.source = text
+
+    for index, (cell, kind) in enumerate(zip(nb.cells, kinds, strict=True)):
+        if cell.cell_type != "markdown" or kind == "written":
+            continue
+
+        def heading(m: re.Match) -> str:
+            by_hand = "graded by hand" in m.group(5)
+            value = (manual if by_hand else auto).get(int(m.group(2)), 0)
+            if not value:
+                return m.group(0)
+            return f"{m.group(1)}{_points(value, m.group(4))}{m.group(5)}"
+
+        def question(m: re.Match, index: int = index) -> str:
+            after = [k for k in kinds[index + 1 :] if k in ("written", "check")]
+            if not after or after[0] != "written":
+                return m.group(0)
+            mine = nb.cells[kinds.index("written", index + 1)].metadata["nbgrader"]["points"]
+            return f"{m.group(1)}{_points(mine, m.group(3))}{m.group(4)}"
+
+        text = QUESTION.sub(question, PART.sub(heading, cell.source))
+        if "## What is graded" in text:
+            steps = [re.match(r"(\d+)\.", m.group(2)) for m in ROW.finditer(text)]
+            rows_of = [int(s.group(1)) for s in steps if s]
+
+            def row(m: re.Match, rows_of: list[int] = rows_of) -> str:
+                step, q = re.match(r"(\d+)\.", m.group(2)), re.match(r"Q(\d+)\b", m.group(2))
+                value = None
+                if m.group(3) == "hidden tests" and step and rows_of.count(int(step.group(1))) == 1:
+                    value = auto.get(int(step.group(1)))
+                elif m.group(3) == "by hand" and q and 0 < int(q.group(1)) <= len(written):
+                    value = written[int(q.group(1)) - 1]
+                return m.group(0) if not value else f"{m.group(1)}{value:g}{m.group(5)}"
+
+            total_auto, total_manual = sum(auto.values()), sum(manual.values())
+            text = TOTAL.sub(
+                f"**{total_auto + total_manual:g}** ({total_auto:g} automatic + "
+                f"{total_manual:g} by hand)",
+                ROW.sub(row, text),
+            )
+        put(cell, text)
+    return changes
+
+
+def _check_table(nb: nbformat.NotebookNode, where: str) -> None:
+    """The "What is graded" table's step rows add up to each part's check cells (a part with
+    several rows is the one case :func:`sync_points` cannot restate: it names the part)."""
+    table = next((c.source for c in nb.cells if "## What is graded" in c.source), "")
+    rows: dict[int, float] = {}
+    for m in ROW.finditer(table):
+        step = re.match(r"(\d+)\.", m.group(2))
+        if step and m.group(3) == "hidden tests":
+            rows[int(step.group(1))] = rows.get(int(step.group(1)), 0) + float(m.group(4))
+    auto: dict[int, float] = {}
+    part = 0
+    for cell in nb.cells:
+        for match in re.finditer(r"^## (?:(\d+)\.)?", cell.source, re.M):
+            part = int(match.group(1) or 0) if cell.cell_type == "markdown" else part
+        if kind_of(cell) == "check":
+            auto[part] = auto.get(part, 0) + cell.metadata["nbgrader"]["points"]
+    wrong = [f"part {p}: the rows say {rows[p]:g}, its check cells {auto.get(p, 0):g}"
+             for p in sorted(rows) if abs(rows[p] - auto.get(p, 0)) > 1e-9]  # fmt: skip
+    if wrong:
+        raise AuthoringError(
+            f'{where}: the "What is graded" table disagrees with the cells\' points ('
+            + "; ".join(wrong)
+            + "): change the rows of that part"
+        )
+
+
 def notebook_text(nb: nbformat.NotebookNode) -> str:
     text = nbformat.writes(nb)
     return text if text.endswith("\n") else text + "\n"
@@ -234,6 +348,11 @@ def build_source(course: Course, name: str, *, write: bool = True) -> nbformat.N
     path = course.source_dir(name) / f"{name}.ipynb"
     if not write:
         return nb
+    changes = sync_points(nb)
+    if changes:  # the cells' points are the declaration; the prose follows them
+        src.write_text(to_text(nb), encoding="utf-8")
+        print(f"restated the points in {src.relative_to(course.root)}:\n  " + "\n  ".join(changes))
+    _check_table(nb, src.name)
     path.write_text(notebook_text(nb), encoding="utf-8")
     out = _ruff("format", "--quiet", str(path))
     if out.returncode != 0:

@@ -15,10 +15,12 @@ Writes, and refuses to overwrite any of them:
 - ``autograder/samples/<name>/samples.yml`` and ``expected.json``: three sample submissions
   (partial, broken, cheat) and their expected scores;
 
-then builds the source notebook and the samples and makes the release
-(``python -m autograder release <name>``). Replace the example step with yours, keeping the
-pattern: a solution cell, its check cell with points, hidden tests marked with the same
-``cell=`` adding up to them, a visible check that names the usual mistakes.
+lists the assignment in ``course.yml`` as ``unreleased`` (the student bundle holds it once it is
+set to ``released``), then builds the source notebook and the samples and makes the release
+(``python -m autograder release <name>``). The text source is in the builder's canonical form and
+the assignment passes the project's own tests (``tests/course``) as it is. Replace the example
+step with yours, keeping the pattern: a solution cell, its check cell with points, hidden tests
+marked with the same ``cell=`` adding up to them, a visible check that names the usual mistakes.
 """
 
 from __future__ import annotations
@@ -261,8 +263,11 @@ def files(course: Course, name: str) -> dict[Path, str]:
     canary = f"CANARY-HIDDEN-{words[0].upper()}-{secrets.token_hex(4)}"
     fmt = dict(name=name, title=title, module=module, canary=canary)
     expected = json.dumps(EXPECTED, indent=1, sort_keys=True) + "\n"
+    from autograder.tools.authoring import to_notebook, to_text
+
+    source = to_text(to_notebook(SOURCE.format(**fmt)))  # the builder's canonical form
     return {
-        course.source_dir(name) / f"{name}.md": SOURCE.format(**fmt),
+        course.source_dir(name) / f"{name}.md": source,
         course.suite_dir(name) / f"test_{name}.py": SUITE.format(**fmt),
         course.root / "course_lib" / "checks" / f"{module}.py": CHECKS.format(**fmt),
         course.suite_dir(name) / "mutants.yml": MUTANTS.format(**fmt),
@@ -286,13 +291,38 @@ def scaffold(course: Course, name: str) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         print(f"wrote {path.relative_to(course.root)}")
+    schedule = schedule_unreleased(course, name)
     from autograder.tools.release import release
 
     status = release(course, [name])  # builds the source notebook and the samples first
     if status == 0:
         print(
             f"next: python -m autograder check {name}; python -m autograder selfgrade {name}; "
-            f"python -m autograder mutants {name} --strict; "
+            f"python -m autograder mutants {name} --strict; make lint; make test-course; "
             f"then edit solutions/{name}/{name}.md (see solutions/_authoring/README.md)"
         )
+        print(schedule)
     return status
+
+
+def schedule_unreleased(course: Course, name: str) -> str:
+    """List ``name`` in ``course.yml`` as ``unreleased`` (held back from the student bundle until
+    the instructor releases it); returns what to tell the instructor."""
+    from autograder.course.embargo import SCHEDULE_FILE, ScheduleError, read_schedule
+
+    path = course.root / SCHEDULE_FILE
+    before = path.read_text(encoding="utf-8") if path.exists() else "assignments:\n"
+    line = f"  {name}: unreleased  # set to released when students should get it\n"
+    path.write_text(before + ("" if before.endswith("\n") else "\n") + line, encoding="utf-8")
+    try:
+        read_schedule(path)
+    except ScheduleError as error:
+        path.write_text(before, encoding="utf-8")
+        return (
+            f"course.yml: could not list {name} ({error}); add `{name}: unreleased` under "
+            "`assignments:` yourself, or `make student-bundle` leaves it out"
+        )
+    return (
+        f"course.yml: {name} is listed as unreleased, so `make student-bundle` leaves it out; "
+        "set it to `released` when students should get it"
+    )
