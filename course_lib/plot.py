@@ -185,7 +185,10 @@ def attention_heatmap(
     t_q, t_k = a.shape
     x_labels = _check_labels(x_labels, t_k, "x_labels", "keys (columns)")
     y_labels = _check_labels(y_labels, t_q, "y_labels", "queries (rows)")
-    ax = _new_axes(ax, figsize=(max(3.0, 0.35 * t_k + 1.5), max(2.5, 0.35 * t_q + 1.0)))
+    # at most 10 in wide: a wider figure is shrunk to the book's column (8 in at 1400 px) and its
+    # 9 pt tick labels fall below 9 px
+    width = min(10.0, max(3.0, 0.35 * t_k + 1.5))
+    ax = _new_axes(ax, figsize=(width, min(8.0, max(2.5, 0.35 * t_q + 1.0))))
     image = ax.imshow(a, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
     if x_labels is not None:
         ax.set_xticks(range(t_k), x_labels, rotation=90)
@@ -239,7 +242,8 @@ def attention_grid(
         squeeze=False,
         sharex=True,
         sharey=True,
-        figsize=(panel_size * n_heads + 1.0, panel_size * n_layers + 0.5),
+        # at most 10 in wide, so that the book never shrinks the tick labels below 9 px
+        figsize=(min(10.0, panel_size * n_heads + 1.0), panel_size * n_layers + 0.5),
         layout="constrained",
     )
     vmax = float(w.max()) if w.size else 1.0
@@ -247,8 +251,9 @@ def attention_grid(
         for head in range(n_heads):
             ax = axes[layer, head]
             image = ax.imshow(w[layer, head], cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto")
-            ax.set_xticks(range(t_k), x_labels or [""] * t_k, rotation=90, fontsize=7)
-            ax.set_yticks(range(t_q), y_labels or [""] * t_q, fontsize=7)
+            # the style's 9 pt: readable where the book shows the grid (at least 9 px)
+            ax.set_xticks(range(t_k), x_labels or [""] * t_k, rotation=90)
+            ax.set_yticks(range(t_q), y_labels or [""] * t_q)
             ax.tick_params(labelbottom=layer == n_layers - 1, labelleft=head == 0)
             if layer == 0:
                 ax.set_title(f"head {head}", fontsize=9)

@@ -3,9 +3,10 @@
 The text cites author–year (``bibtex_reference_style: author_year``: "Vaswani et al. (2017)"),
 but pybtex's default labels the list alphabetically ("[VSP+17]"), which a reader cannot match
 to the citation. This registers a pybtex style, ``author_year`` (``bibtex_default_style``), whose
-labels are the citation's own text ("Vaswani et al., 2017") and which sorts the list by author
-and year. ``citation()`` gives the same text for the notebooks behind the launch buttons
-(``launch_notebooks.py``), which cannot run Sphinx's roles.
+labels are the citation's own text ("Vaswani et al., 2017"; "2019a" and "2019b" where two
+papers share both) and which sorts the list by author and year. ``citation()`` gives the same
+text for the notebooks behind the launch buttons (``launch_notebooks.py``), which cannot run
+Sphinx's roles.
 """
 
 from __future__ import annotations
@@ -39,11 +40,26 @@ def authors_and_year(entry: Entry) -> tuple[str, str]:
     return authors, entry.fields.get("year", "n.d.")
 
 
+def _years(entries: list[Entry]) -> dict[str, str]:
+    """Each entry's year, with a letter where two share authors and year ("2019a", "2019b", in
+    the order of their titles), so that every label is unique."""
+    groups: dict[tuple[str, str], list[Entry]] = {}
+    for entry in entries:
+        groups.setdefault(authors_and_year(entry), []).append(entry)
+    years = {}
+    for (_authors, year), group in groups.items():
+        group.sort(key=lambda e: e.fields.get("title", "").lower())
+        for i, entry in enumerate(group):
+            years[entry.key] = year + ("abcdefghijklmnopqrstuvwxyz"[i] if len(group) > 1 else "")
+    return years
+
+
 class AuthorYearLabels(BaseLabelStyle):
     def format_labels(self, sorted_entries):
-        for entry in sorted_entries:
-            authors, year = authors_and_year(entry)
-            yield f"{authors}, {year}"
+        entries = list(sorted_entries)
+        years = _years(entries)
+        for entry in entries:
+            yield f"{authors_and_year(entry)[0]}, {years[entry.key]}"
 
 
 class AuthorYearStyle(UnsrtStyle):
@@ -60,13 +76,15 @@ def citation(keys: list[str], bibfile: Path, *, textual: bool) -> str:
     """What ``{cite:p}`` (``textual=False``) or ``{cite:t}`` shows for ``keys``:
     "(Bahdanau et al., 2015; Vaswani et al., 2017)" or "Vaswani et al. (2017)". An unknown key
     is shown as it is."""
+    entries = _entries(Path(bibfile))
+    years = _years(list(entries.values()))
     parts = []
     for key in keys:
-        entry = _entries(Path(bibfile)).get(key.lower())
+        entry = entries.get(key.lower())
         if entry is None:
             parts.append((key, ""))
         else:
-            parts.append(authors_and_year(entry))
+            parts.append((authors_and_year(entry)[0], years[entry.key]))
     if textual:
         return ", ".join(f"{a} ({y})" if y else a for a, y in parts)
     return "(" + "; ".join(f"{a}, {y}" if y else a for a, y in parts) + ")"

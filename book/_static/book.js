@@ -7,6 +7,9 @@
 //   themes' handlers (a drawer on a phone, a collapsing sidebar on a desktop).
 // - Inline formulas are not Tab stops (MathJax puts every formula in the tab order; a page of
 //   36 formulas took 36 presses to pass). Display equations stay focusable.
+// - A figure much wider than a phone's column (an architecture diagram, four heatmaps in a row)
+//   is marked .book-wide-figure: on a phone book.css shows it larger, scrolling in its own box,
+//   rather than shrunk until its labels cannot be read.
 // - Buttons without a name get one (the copy buttons, the navigation's expand arrows).
 // - Printing unfolds folded code and outputs (a closed <details> prints only its summary), and
 //   folds them back afterwards; the title the theme prints gets the page's section number.
@@ -36,6 +39,20 @@
       if (!summary.getAttribute("aria-label")) {
         summary.setAttribute("aria-label", "Show or hide the sections of " + title);
       }
+    });
+  }
+
+  var WIDE_FIGURE = 560; // CSS px: wider than 1.5 phone columns
+
+  function markWideFigures() {
+    document.querySelectorAll("article figure img").forEach(function (img) {
+      var mark = function () {
+        if (img.naturalWidth < WIDE_FIGURE) return;
+        img.style.setProperty("--book-natural-width", img.naturalWidth + "px");
+        img.closest("figure").classList.add("book-wide-figure");
+      };
+      if (img.complete) mark();
+      else img.addEventListener("load", mark);
     });
   }
 
@@ -77,6 +94,7 @@
     wireToggles(".primary-toggle");
     wireToggles(".secondary-toggle");
     numberPrintedTitle();
+    markWideFigures();
   });
   window.addEventListener("load", function () {
     // the copy buttons are added by sphinx-copybutton once the page has loaded

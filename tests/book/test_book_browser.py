@@ -1,11 +1,16 @@
 """The built book, in a real browser (headless Chromium): pages load cleanly, math is typeset,
-images are present, internal links resolve, search works; nothing scrolls sideways at 1400 px or
-at 400 px; every figure has a number, a caption and alt text; every launch button opens a
-notebook that exists in the build and installs course_lib first; no page is longer than 12
-screens at 1400 px; the landing page's first load stays under 3 MB. One browser session visits
-every page once (both widths on the same load), saves a screenshot of each page at each width in
-build_artifacts/screenshots/{1400,400}/ and a table of page lengths and problems in
-build_artifacts/screenshots/pages.tsv (also printed: `pytest -s` or `-rA`).
+images are present, internal links resolve, search works; nothing scrolls sideways at 1400 px,
+and at 400 px only code, outputs, wide equations, tables and figures do, each in its own box
+(code keeps its indentation, equations are not shrunk below 85 %); the menu and "Contents"
+buttons open at both widths; tick labels are at least 9 px at 1400 px; inline math is not a Tab
+stop; buttons have names and a focus ring; printing shows folded code; sections are numbered from
+N.1; no output shows an object's memory address; every figure has a number, a caption and alt
+text; every launch button opens a notebook that exists in the build, installs course_lib first
+and cites author-year; no page is longer than 12 screens at 1400 px; the landing page's first
+load stays under 3 MB. One browser session visits every page once (both widths on the same
+load), saves a screenshot of each page at each width in build_artifacts/screenshots/{1400,400}/
+and a table of page lengths and problems in build_artifacts/screenshots/pages.tsv (also printed:
+`pytest -s` or `-rA`); five pages on a phone go to build_artifacts/screenshots/phone/.
 
 Uses the book built by `make test` (build_artifacts/book-smoke) or `make` (book/_build); builds it
 if neither exists. Needs Debian's chromium and chromium-driver (`.ci/run` installs them); without
@@ -220,13 +225,19 @@ return window.bookMathFitted === true || document.querySelector('mjx-container')
 """
 
 #: Elements wider than their box at the current width: [what, scrollWidth, clientWidth, text].
+#: With arguments[0] true (a phone), an element that scrolls in its own box (overflow-x auto or
+#: scroll: code, a wide equation, a table's or a figure's container) is not counted.
 OVERFLOW = """
+const scrollBoxes = arguments[0] === true;
 const found = [];
 const doc = document.documentElement;
 if (doc.scrollWidth > doc.clientWidth + 1)
   found.push(['document', doc.scrollWidth, doc.clientWidth, '']);
-const selector = 'pre, div.highlight, .cell_output, div.math, mjx-container[display="true"]';
+const selector = 'pre, div.highlight, .cell_output, div.math, mjx-container[display="true"], '
+  + 'figure, .pst-scrollable-table-container, article table';
 document.querySelectorAll(selector).forEach(el => {
+  const scrolls = ['auto', 'scroll'].includes(getComputedStyle(el).overflowX);
+  if (scrollBoxes && scrolls) return;
   if (el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1) {
     const what = el.tagName.toLowerCase() + (el.classList.length ? '.' + el.classList[0] : '');
     const text = (el.textContent || '').trim().replace(/\\s+/g, ' ').slice(0, 50);
@@ -259,6 +270,97 @@ return {figures: figures, loose: loose};
 """
 
 PAGE_HEIGHT = "return [document.documentElement.scrollHeight, window.innerHeight];"
+
+#: Font size (px) of every display equation, in page order.
+DISPLAY_MATH_SIZES = """
+return Array.from(document.querySelectorAll('mjx-container[display="true"]')).map(el => {
+  const box = el.getBoundingClientRect();
+  const transform = el.offsetWidth ? box.width / el.offsetWidth : 1;  // a scale() counts too
+  return [parseFloat(getComputedStyle(el).fontSize) * transform,
+          (el.textContent || '').trim().slice(0, 50)];
+});
+"""
+
+#: Code blocks that wrap (indentation and names broken) or are cut off instead of scrolling.
+CODE_THAT_WRAPS = """
+const found = [];
+document.querySelectorAll('article pre').forEach(pre => {
+  const style = getComputedStyle(pre);
+  const text = (pre.textContent || '').trim().split('\\n')[0].slice(0, 50);
+  if (!['pre', 'nowrap'].includes(style.whiteSpace))
+    found.push(`white-space: ${style.whiteSpace}: ${text}`);
+  else if (pre.scrollWidth > pre.clientWidth + 1 && !['auto', 'scroll'].includes(style.overflowX))
+    found.push(`wider than its box and overflow-x: ${style.overflowX}: ${text}`);
+});
+return found;
+"""
+
+#: Table cells whose words may break anywhere (a scrolling table keeps its words whole).
+CELLS_THAT_BREAK_WORDS = """
+return Array.from(document.querySelectorAll('article td, article th')).filter(cell => {
+  const style = getComputedStyle(cell);
+  return style.overflowWrap === 'anywhere' || style.wordBreak === 'break-all';
+}).map(cell => (cell.textContent || '').trim().slice(0, 40));
+"""
+
+#: Inline formulas that are Tab stops.
+TABBABLE_INLINE_MATH = """
+return Array.from(document.querySelectorAll('mjx-container:not([display="true"])'))
+  .filter(el => el.tabIndex >= 0).map(el => (el.textContent || '').trim().slice(0, 30));
+"""
+
+#: Buttons (and the navigation's expand arrows) without an accessible name.
+NAMELESS_BUTTONS = """
+return Array.from(document.querySelectorAll('button, summary, [role="button"]')).filter(el =>
+  !(el.getAttribute('aria-label') || el.getAttribute('aria-labelledby') || el.title
+    || (el.textContent || '').trim())
+).map(el => el.outerHTML.slice(0, 100));
+"""
+
+#: For every SVG image of the page: [figure, smallest tick label, smallest text] in CSS px as
+#: shown (the SVG's font size times the image's scale). A tick label's size is its text's, not
+#: its exponent's (the 2 of 10² is smaller). Async: call with execute_async_script.
+SVG_TEXT_SIZES = """
+const done = arguments[arguments.length - 1];
+function fontSize(el) {
+  for (let node = el; node && node.getAttribute; node = node.parentNode) {
+    const style = node.getAttribute('style') || '';
+    const m = style.match(/font-size:\\s*([\\d.]+)px/) || style.match(/font:[^;]*?([\\d.]+)px/);
+    if (m) return parseFloat(m[1]);
+    if (node.getAttribute('font-size')) return parseFloat(node.getAttribute('font-size'));
+  }
+  return 0;
+}
+function smallest(nodes) {
+  let small = null;
+  nodes.forEach(node => {
+    const sizes = [node, ...node.querySelectorAll('tspan')].filter(t => t.textContent.trim())
+      .map(fontSize).filter(size => size > 0);
+    if (sizes.length) small = Math.min(small === null ? Infinity : small, Math.max(...sizes));
+  });
+  return small;
+}
+const article = document.querySelector('article') || document.body;
+const images = Array.from(article.querySelectorAll('img'))
+  .filter(i => /\\.svg([?#]|$)/.test(i.getAttribute('src') || '') && i.clientWidth > 0);
+Promise.all(images.map(img => fetch(img.src).then(r => r.text()).then(source => {
+  const svg = new DOMParser().parseFromString(source, 'image/svg+xml').documentElement;
+  const box = (svg.getAttribute('viewBox') || '').trim().split(/[\\s,]+/).map(Number);
+  const width = box.length === 4 ? box[2] : parseFloat(svg.getAttribute('width'));
+  const scale = img.getBoundingClientRect().width / width;
+  const ticks = smallest(Array.from(svg.querySelectorAll('g[id^="xtick_"], g[id^="ytick_"]'))
+    .map(tick => tick.querySelector('text')).filter(Boolean));
+  const text = smallest(Array.from(svg.querySelectorAll('text')));
+  const figure = img.closest('figure');
+  const number = figure && figure.querySelector('.caption-number');
+  return [number ? number.textContent.trim() : img.getAttribute('src'),
+          ticks === null ? null : ticks * scale, text === null ? null : text * scale];
+}))).then(done, error => done([[`could not read an SVG: ${error}`, 0, 0]]));
+"""
+#: Tick labels at 1400 px, and any text of a figure on a phone (wide figures scroll in their box).
+MIN_TICK_PX, MIN_PHONE_FIGURE_TEXT_PX = 9.0, 7.0
+#: A display equation on a phone is at least this fraction of its size at 1400 px.
+MIN_MATH_SCALE = 0.85
 
 
 def _alt_is_a_path(alt: str, src: str) -> bool:
@@ -313,8 +415,12 @@ def survey(html_dir, server, browser):
         for entry in browser.get_log("browser"):
             if entry["level"] == "SEVERE":
                 info["problems"].append(f"console error: {entry['message']}")
-        info["overflow_1400"] = browser.execute_script(OVERFLOW)
+        info["overflow_1400"] = browser.execute_script(OVERFLOW, False)
         info["figures"] = browser.execute_script(FIGURES)
+        info["math_1400"] = browser.execute_script(DISPLAY_MATH_SIZES)
+        info["svg_text_1400"] = browser.execute_async_script(SVG_TEXT_SIZES)
+        info["tabbable_math"] = browser.execute_script(TABBABLE_INLINE_MATH)
+        info["nameless_buttons"] = browser.execute_script(NAMELESS_BUTTONS)
         height, screen = browser.execute_script(PAGE_HEIGHT)
         info["screens_1400"] = height / screen
         browser.save_screenshot(str(SCREENSHOTS / str(DESKTOP) / _shot_name(rel)))
@@ -322,7 +428,11 @@ def survey(html_dir, server, browser):
         browser.execute_script("window.bookMathFitted = false; window.scrollTo(0, 0);")
         time.sleep(0.15)
         _wait(browser, MATH_FITTED, timeout=5)
-        info["overflow_400"] = browser.execute_script(OVERFLOW)
+        info["overflow_400"] = browser.execute_script(OVERFLOW, True)
+        info["math_400"] = browser.execute_script(DISPLAY_MATH_SIZES)
+        info["code_400"] = browser.execute_script(CODE_THAT_WRAPS)
+        info["cells_400"] = browser.execute_script(CELLS_THAT_BREAK_WORDS)
+        info["svg_text_400"] = browser.execute_async_script(SVG_TEXT_SIZES)
         height, screen = browser.execute_script(PAGE_HEIGHT)
         info["screens_400"] = height / screen
         browser.save_screenshot(str(SCREENSHOTS / str(PHONE) / _shot_name(rel)))
@@ -395,6 +505,225 @@ def test_screenshots_of_every_page_at_both_widths(survey):
             if not out.exists() or out.stat().st_size < 5_000:
                 missing.append(str(out))
     assert not missing, f"screenshots missing or empty: {missing}"
+
+
+def test_code_keeps_its_indentation_on_a_phone(survey):
+    """At 400 px code and outputs do not wrap (a wrapped line loses its indentation and splits
+    names: ``sinusoidal_positional_encodi`` / ``ng``): they scroll in their own box."""
+    problems = [f"{rel}: {p}" for rel, info in survey.items() for p in info["code_400"]]
+    assert not problems, "\n".join(problems[:20])
+
+
+def test_no_display_equation_is_shrunk_below_85_percent_on_a_phone(survey):
+    """A display equation too wide for a phone scrolls in its box; it may shrink a little first,
+    never below 85 % of its size at 1400 px (fit-math.js once took 2.10's equation to 57 %)."""
+    problems = []
+    for rel, info in survey.items():
+        for (desktop, text), (phone, _) in zip(info["math_1400"], info["math_400"]):
+            if desktop > 0 and phone / desktop < MIN_MATH_SCALE:
+                problems.append(f"{rel}: {phone / desktop:.0%} of its size: {text!r}")
+    assert not problems, "\n".join(problems)
+
+
+def test_table_cells_keep_their_words_whole(survey):
+    """A wide table scrolls in its box; its cells never break a word anywhere (``overflow-wrap:
+    anywhere`` let a table squeeze its cells until words broke in the middle)."""
+    problems = [f"{rel}: {cell!r}" for rel, info in survey.items() for cell in info["cells_400"]]
+    assert not problems, "\n".join(problems[:20])
+
+
+def test_tick_labels_are_at_least_9_px_at_1400_px(survey):
+    """Every tick label of every plot is at least 9 CSS px where the page shows it at 1400 px:
+    the SVG's font size times the image's scale (a 14-inch figure shrunk into the column once
+    showed 6.8 px labels)."""
+    problems = []
+    for rel, info in survey.items():
+        for figure, ticks, _ in info["svg_text_1400"]:
+            if ticks is not None and ticks < MIN_TICK_PX:
+                problems.append(f"{rel}: {figure}: tick labels {ticks:.1f} px")
+    assert not problems, "\n".join(problems)
+
+
+def test_figures_are_readable_on_a_phone(survey):
+    """At 400 px no text of a figure is below 7 px: a wide figure (an architecture diagram, four
+    heatmaps in a row) is shown larger and scrolls in its own box instead of shrinking."""
+    problems = []
+    for rel, info in survey.items():
+        for figure, _, text in info["svg_text_400"]:
+            if text is not None and text < MIN_PHONE_FIGURE_TEXT_PX:
+                problems.append(f"{rel}: {figure}: text {text:.1f} px")
+    assert not problems, "\n".join(problems)
+
+
+def test_inline_math_is_not_in_the_tab_order(survey):
+    """MathJax made every inline formula a Tab stop (36 on page 2.1 before its first link)."""
+    problems = [
+        f"{rel}: {len(info['tabbable_math'])} inline formulas, e.g. {info['tabbable_math'][0]!r}"
+        for rel, info in survey.items()
+        if info["tabbable_math"]
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_button_has_an_accessible_name(survey):
+    """Copy buttons and the navigation's expand arrows had no name for a screen reader."""
+    problems = [f"{rel}: {b}" for rel, info in survey.items() for b in info["nameless_buttons"]]
+    assert not problems, "\n".join(problems[:20])
+
+
+PHONE_SHOTS = [
+    "chapters/02_attention_layer/09_multi_head.html",
+    "chapters/02_attention_layer/05_positional_encodings.html",
+    "chapters/03_transformer/02_blocks.html",
+    "chapters/04_pretraining/04_tasks_benchmarks.html",
+    "chapters/05_vision/05_swin_windows.html",
+]
+
+
+def test_phone_screenshots_of_five_pages(html_dir, server, browser):
+    """Five pages with code, wide equations, tables and wide figures, at 400x800, for a person
+    to look at: build_artifacts/screenshots/phone/ (the first screen, then the page's widest
+    equation, code block, table and figure, each scrolled into view)."""
+    out = SCREENSHOTS / "phone"
+    out.mkdir(parents=True, exist_ok=True)
+    taken = []
+    try:
+        browser.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": PHONE, "height": 800, "deviceScaleFactor": 1, "mobile": True},
+        )
+        for rel in PHONE_SHOTS:
+            if not (html_dir / rel).exists():
+                continue
+            browser.get(urljoin(server, rel))
+            _wait(browser, "return document.readyState === 'complete'")
+            _wait(browser, MATHJAX_IDLE, timeout=30)
+            _wait(browser, MATH_FITTED, timeout=5)
+            name = _shot_name(rel).removesuffix(".png")
+            browser.save_screenshot(str(out / f"{name}.png"))
+            taken.append(name)
+            for what, selector in (
+                ("math", 'mjx-container[display="true"]'),
+                ("code", "article div.cell_input pre"),
+                ("table", "article table"),
+                ("figure", "article figure"),
+            ):
+                widest = browser.execute_script(
+                    "const all = Array.from(document.querySelectorAll(arguments[0]));"
+                    "all.sort((a, b) => b.scrollWidth - a.scrollWidth);"
+                    "if (all[0]) all[0].scrollIntoView({block: 'center'}); return !!all[0];",
+                    selector,
+                )
+                if widest:
+                    time.sleep(0.2)
+                    browser.save_screenshot(str(out / f"{name}--{what}.png"))
+    finally:
+        _desktop(browser)
+    assert len(taken) == len(PHONE_SHOTS), f"pages missing: {set(PHONE_SHOTS) - set(taken)}"
+
+
+MENUS = """
+const modal = id => { const d = document.getElementById(id); return !!(d && d.open); };
+const primary = document.getElementById('pst-primary-sidebar');
+const secondary = document.getElementById('pst-secondary-sidebar');
+const shown = el => !!el && getComputedStyle(el).visibility !== 'hidden'
+  && el.getBoundingClientRect().right > 0 && el.getBoundingClientRect().width > 0;
+return {primaryModal: modal('pst-primary-sidebar-modal'),
+        secondaryModal: modal('pst-secondary-sidebar-modal'),
+        primaryShown: shown(primary), secondaryShown: shown(secondary)};
+"""
+
+
+def _visible_button(browser, selector: str):
+    buttons = [b for b in browser.find_elements("css selector", selector) if b.is_displayed()]
+    return buttons[0] if buttons else None
+
+
+def test_menu_and_contents_buttons_open_at_both_widths(server, browser):
+    """The themes wire only the first, hidden, copy of each toggle (pydata-sphinx-theme 0.17.1
+    with sphinx-book-theme 1.3.0): the buttons a reader sees did nothing. On a phone the menu
+    and "Contents" buttons open their drawers; on a desktop the menu button hides the sidebar
+    and shows it again, and the page's contents are shown beside the text."""
+    page = urljoin(server, "chapters/02_attention_layer/01_dot_product.html")
+    try:
+        _phone(browser)
+        for selector, opened in (
+            (".primary-toggle", "primaryModal"),
+            (".secondary-toggle", "secondaryModal"),
+        ):
+            browser.get(page)
+            _wait(browser, "return document.readyState === 'complete'")
+            button = _visible_button(browser, selector)
+            assert button is not None, f"no visible {selector} at {PHONE} px"
+            button.click()
+            time.sleep(0.4)
+            state = browser.execute_script(MENUS)
+            assert state[opened], f"{selector} at {PHONE} px opened nothing: {state}"
+        _desktop(browser)
+        browser.get(page)
+        _wait(browser, "return document.readyState === 'complete'")
+        assert browser.execute_script(MENUS)["secondaryShown"], "no page contents at 1400 px"
+        button = _visible_button(browser, ".primary-toggle")
+        assert button is not None, f"no visible menu button at {DESKTOP} px"
+        assert browser.execute_script(MENUS)["primaryShown"]
+        button.click()
+        time.sleep(0.6)  # the sidebar slides out
+        assert not browser.execute_script(MENUS)["primaryShown"], "the menu button hid nothing"
+        button.click()
+        time.sleep(0.6)
+        assert browser.execute_script(MENUS)["primaryShown"], "the menu button did not reopen"
+    finally:
+        _desktop(browser)
+
+
+def test_header_buttons_show_a_focus_ring(server, browser):
+    """Reached with Tab, every button of the page's header bar shows a focus ring (an outline
+    or a box shadow); four of them showed none."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(urljoin(server, "chapters/02_attention_layer/01_dot_product.html"))
+    _wait(browser, "return document.readyState === 'complete'")
+    ring = """
+    const el = document.activeElement;
+    if (!el || !el.closest('.bd-header-article')) return null;
+    const s = getComputedStyle(el);
+    const outline = s.outlineStyle !== 'none' && parseFloat(s.outlineWidth) > 0;
+    return [el.className || el.tagName, outline || s.boxShadow !== 'none'];
+    """
+    seen, without = set(), []
+    browser.execute_script("document.activeElement && document.activeElement.blur()")
+    for _ in range(60):
+        ActionChains(browser).send_keys(Keys.TAB).perform()
+        found = browser.execute_script(ring)
+        if found and found[0] not in seen:
+            seen.add(found[0])
+            if not found[1]:
+                without.append(found[0])
+    assert seen, "Tab never reached the header's buttons"
+    assert not without, f"no focus ring on: {without}"
+
+
+def test_printing_shows_folded_code_and_numbered_titles(server, browser):
+    """Printed, a page shows its folded setup code and its title with the section number."""
+    browser.get(urljoin(server, "chapters/02_attention_layer/01_dot_product.html"))
+    _wait(browser, "return document.readyState === 'complete'")
+    try:
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
+        hidden, title = browser.execute_script(
+            """
+            const folded = Array.from(document.querySelectorAll('article details .cell_input'));
+            const hidden = folded.filter(el => !el.checkVisibility({contentVisibilityAuto: true,
+                                                                   visibilityProperty: true}));
+            const titles = Array.from(document.querySelectorAll('h1'))
+              .filter(h => h.checkVisibility()).map(h => h.innerText.trim());
+            return [hidden.length + ' of ' + folded.length, titles[0] || ''];
+            """
+        )
+    finally:
+        browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})
+    assert hidden.startswith("0 of ") and not hidden.endswith(" 0"), f"hidden folds: {hidden}"
+    assert re.match(r"\d+\.\d+\. ", title), f"printed title without its number: {title!r}"
 
 
 def test_search_finds_attention(server, browser):
@@ -552,3 +881,81 @@ def test_every_chapter_has_rendered_figures(html_dir):
         if not any("<img" in p.read_text(encoding="utf-8") for p in pages):
             empty.append(chapter.name)
     assert not empty, f"chapters without a single figure: {empty}"
+
+
+ADDRESS_REPR = re.compile(r"&lt;[\w.]+(?: object)? at 0x[0-9a-f]+&gt;")
+
+
+def test_no_output_shows_an_object_at_a_memory_address(html_dir):
+    """A cell whose last line returns an object nobody wanted (``seed_everything(0)`` gives a
+    generator) prints ``<torch._C.Generator at 0x7f…>``: noise to a reader, and it changes on
+    every build. Assign it (``_ = ...``) or end the line with a semicolon."""
+    found = []
+    for page in _pages(html_dir):
+        for match in ADDRESS_REPR.finditer(page.read_text(encoding="utf-8")):
+            found.append(f"{page.relative_to(html_dir)}: {match.group(0)}")
+    assert not found, "\n".join(found)
+
+
+def test_each_chapter_numbers_its_first_section_n_1(html_dir):
+    """A numbered heading on a chapter's landing page (e.g. "## Sections") takes N.1 and pushes
+    the first section page to N.2; the landing page's headings stay unnumbered (a rubric)."""
+    wrong, checked = [], 0
+    for chapter in [p for p in _chapter_pages(html_dir) if p.parent.name == "chapters"]:
+        own = re.escape(chapter.stem)  # the navigation entries of this chapter's own sections
+        toc = re.compile(
+            rf'"toctree-l2"><a class="reference internal" href="{own}/[^"]+">(\w+)\.(\d+)\.'
+        )
+        numbers = toc.findall(chapter.read_text(encoding="utf-8"))
+        checked += bool(numbers)
+        if numbers and numbers[0][1] != "1":
+            wrong.append(f"{chapter.name}: first section is {'.'.join(numbers[0])}")
+    assert checked, "no numbered sections found"
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_empty_index_page(html_dir):
+    """The general index is built only if it has entries (an empty "Index" page was linked)."""
+    index = html_dir / "genindex.html"
+    if index.exists():
+        assert re.search(r'<(td|li)[^>]*>\s*<a href="[^"]+#index-', index.read_text()), (
+            "genindex.html is empty: add index entries or set html_use_index: false"
+        )
+    else:
+        linked = [p.name for p in _pages(html_dir) if "genindex.html" in p.read_text()]
+        assert not linked, f"pages link to a missing index: {linked[:5]}"
+
+
+def _bib_keys() -> list[str]:
+    text = (REPO / "book" / "references.bib").read_text(encoding="utf-8")
+    return re.findall(r"^@\w+\{([^,\s]+),", text, flags=re.M)
+
+
+def test_references_are_labelled_author_year_as_cited(html_dir):
+    """The text cites author–year, so the list labels each paper the same way ("Vaswani et al.,
+    2017"), not with alphabetic codes ("[VSP+17]"); no title shows raw TeX ("$O(n^2)$")."""
+    page = (html_dir / "references.html").read_text(encoding="utf-8")
+    labels = re.findall(r'<span class="label"><span class="fn-bracket">\[</span>(.*?)<', page)
+    assert len(labels) >= len(_bib_keys()), f"{len(labels)} labels for {len(_bib_keys())} entries"
+    coded = [label for label in labels if not re.fullmatch(r".+, \d{4}", label)]
+    assert not coded, f"labels not author-year: {coded}"
+    assert "$" not in re.sub(r"<script.*?</script>", "", page, flags=re.S), "raw TeX in a title"
+
+
+def test_launch_notebooks_cite_author_year_not_raw_keys(html_dir):
+    """The notebooks behind the launch buttons show citations as the book does ("(Vaswani et
+    al., 2017)"), never as the BibTeX key ("(vaswani2017)")."""
+    keys = _bib_keys()
+    raw = re.compile(r"\b(" + "|".join(map(re.escape, keys)) + r")\b")
+    notebooks = sorted((html_dir / "_notebooks").rglob("*.ipynb"))
+    assert notebooks, "no launch notebooks in the build"
+    found, cited = [], 0
+    for notebook in notebooks:
+        for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+            if cell["cell_type"] != "markdown":
+                continue
+            text = "".join(cell["source"])
+            cited += len(re.findall(r"et al\.,? \(?\d{4}", text))
+            found += [f"{notebook.name}: {m}" for m in raw.findall(text)]
+    assert cited, "no author-year citation in any launch notebook"
+    assert not found, "raw citation keys:\n" + "\n".join(found[:20])
