@@ -437,6 +437,34 @@ def _target_ok(target: ast.AST) -> bool:
     return False  # attribute / subscript targets modify something else: never kept
 
 
+def _binds(stmt: ast.stmt) -> set[str]:
+    """Names a top-level statement binds (assignment targets, definitions, imports)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return {(a.asname or a.name).split(".")[0] for a in stmt.names}
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+    return {
+        n.id
+        for t in targets
+        if t is not None
+        for n in ast.walk(t)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
+
+
+def _reads(stmt: ast.stmt) -> set[str]:
+    """Names an assignment's value reads when it runs (a lambda's body runs later)."""
+    value = getattr(stmt, "value", None) if isinstance(stmt, (ast.Assign, ast.AnnAssign)) else None
+    if value is None:
+        return set()
+    return {
+        n.id
+        for n in _walk_outside_lambdas(value)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    }
+
+
 def keep_statement(stmt: ast.stmt) -> bool:
     if isinstance(stmt, (ast.Import, ast.ImportFrom)):
         return True
@@ -483,14 +511,17 @@ def extract(chunk: CodeChunk) -> tuple[Extracted | None, list[str]]:
         return None, [f"{chunk.label}: cannot be parsed ({type(error).__name__}); skipped"]
     keep, kept, dropped = [], [], []
     lines = source.split("\n")
+    unbound: set[str] = set()  # names only a dropped statement of this cell would have bound
     for i, stmt in enumerate(tree.body):
-        if keep_statement(stmt):
+        if keep_statement(stmt) and not (_reads(stmt) & unbound):
             keep.append(i)
             kept.append(stmt)
+            unbound -= _binds(stmt)
         elif not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
             if not isinstance(stmt, ast.Pass):
                 text = lines[stmt.lineno - 1].strip() if stmt.lineno <= len(lines) else ""
                 dropped.append(f"line {stmt.lineno}: {text[:70]}")
+            unbound |= _binds(stmt)  # `x = images[idx]` after a dropped `images = load()`
     if dropped:
         shown = "; ".join(dropped[:3]) + (
             f"; and {len(dropped) - 3} more" if len(dropped) > 3 else ""

@@ -243,6 +243,16 @@ def _refuse(what: str, error: type[BaseException] = PermissionError) -> Callable
     return refuse
 
 
+def _at_fork_dropped(*, before: Any = None, after_in_child: Any = None,
+                     after_in_parent: Any = None) -> None:  # fmt: skip
+    """``os.register_at_fork`` in the worker: the same checks, no registration."""
+    given = [f for f in (before, after_in_child, after_in_parent) if f is not None]
+    if not given:
+        raise TypeError("At least one argument is required.")
+    if not all(callable(f) for f in given):
+        raise TypeError("'before', 'after_in_child' and 'after_in_parent' must be callable")
+
+
 def refuse_builtins() -> None:
     """Threads (the detector watches one thread), FIFOs, device nodes and raw process creation
     refused at the Python level (the kernel refuses threads and processes too where the worker
@@ -256,9 +266,14 @@ def refuse_builtins() -> None:
     _thread.start_new_thread = _thread.start_new = thread
     threading._start_new_thread = thread
     for module in (os, posix):
-        for name in ("mkfifo", "mknod", "fork", "forkpty", "register_at_fork"):
+        for name in ("mkfifo", "mknod", "fork", "forkpty"):
             if hasattr(module, name):
                 setattr(module, name, _refuse(f"os.{name}"))
+        if hasattr(module, "register_at_fork"):
+            # accepted and dropped: nothing forks here (refused above, and by the kernel), so a
+            # callback could never run; refusing it broke `import matplotlib` (its font cache
+            # registers one) in every honest student's provided setup cell
+            module.register_at_fork = _at_fork_dropped
     _posixsubprocess.fork_exec = _refuse("starting a process")
     for name in ("getprofile", "gettrace"):  # the detector's profile hook stays out of reach
         setattr(sys, name, lambda: None)
