@@ -50,16 +50,19 @@ def main() -> None:
         checksum = sum(p.double().sum() for p in plain.parameters())
         mean_checksum = gpu.all_reduce_mean(checksum.detach().cpu().reshape(1))
         same = bool(torch.allclose(checksum.cpu().reshape(1), mean_checksum.to(torch.float64)))
+        # one write per line (text and newline together): the ranks share one stdout, and an
+        # unbuffered print writes its end separately, so lines could run into each other
         print(
             f"rank {info.rank}/{info.world_size}: {len(loader.sampler)} training images per epoch,"
-            f" {history.steps} steps, replicas identical: {same}",
+            f" {history.steps} steps, replicas identical: {same}\n",
+            end="",
             flush=True,
         )
         if gpu.is_main_process():
             with torch.no_grad():
                 images, labels = test.images.to(info.device), test.labels.to(info.device)
                 accuracy = (plain(images).argmax(-1) == labels).float().mean().item()
-            print(f"backend {info.backend}: test accuracy {accuracy:.3f}", flush=True)
+            print(f"backend {info.backend}: test accuracy {accuracy:.3f}\n", end="", flush=True)
     finally:
         gpu.ddp_cleanup()
 

@@ -477,7 +477,7 @@ def test_every_figure_has_a_number_a_caption_and_alt_text(survey):
     for rel, info in survey.items():
         for figure in info["figures"]["figures"]:
             name = figure["id"] or "a figure"
-            if not re.fullmatch(r"Figure \d+(\.\d+)*\.?", figure["number"]):
+            if not re.fullmatch(r"Figure (\d+|[A-Z])(\.\d+)*\.?", figure["number"]):
                 problems.append(f"{rel}: {name} has no number ({figure['number']!r})")
             if not figure["caption"]:
                 problems.append(f"{rel}: {name} has no caption")
@@ -937,7 +937,7 @@ def test_references_are_labelled_author_year_as_cited(html_dir):
     page = (html_dir / "references.html").read_text(encoding="utf-8")
     labels = re.findall(r'<span class="label"><span class="fn-bracket">\[</span>(.*?)<', page)
     assert len(labels) >= len(_bib_keys()), f"{len(labels)} labels for {len(_bib_keys())} entries"
-    coded = [label for label in labels if not re.fullmatch(r".+, \d{4}", label)]
+    coded = [label for label in labels if not re.fullmatch(r".+, \d{4}[a-z]?", label)]
     assert not coded, f"labels not author-year: {coded}"
     assert "$" not in re.sub(r"<script.*?</script>", "", page, flags=re.S), "raw TeX in a title"
 
@@ -959,3 +959,19 @@ def test_launch_notebooks_cite_author_year_not_raw_keys(html_dir):
             found += [f"{notebook.name}: {m}" for m in raw.findall(text)]
     assert cited, "no author-year citation in any launch notebook"
     assert not found, "raw citation keys:\n" + "\n".join(found[:20])
+
+
+def test_the_appendix_is_lettered_not_a_chapter(html_dir):
+    """The appendix and its sections are A, A.1, A.2 … (figures A.1 …), not chapter 6."""
+    appendix = sorted(html_dir.glob("chapters/*appendix*.html"))
+    if not appendix:
+        pytest.skip("no appendix in this book")
+    pages = [appendix[0], *sorted(appendix[0].with_suffix("").glob("*.html"))]
+    wrong = []
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        title = re.search(r'<h1><span class="section-number">([^<]*)</span>', text)
+        if not title or not re.fullmatch(r"A(\.\d+)*\. ", title.group(1)):
+            wrong.append(f"{page.name}: title numbered {title and title.group(1)!r}")
+        wrong += [f"{page.name}: {n}" for n in re.findall(r"Figure \d+\.\d+", text)]
+    assert not wrong, "\n".join(wrong)
