@@ -56,20 +56,22 @@ SETUP = """#!/usr/bin/env bash
 set -euxo pipefail
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-if ! command -v python3.11 >/dev/null 2>&1; then
+PY="${AUTOGRADER_SETUP_PYTHON:-python3.11}"
+if ! command -v "$PY" >/dev/null 2>&1; then
   apt-get update
   DEBIAN_FRONTEND=noninteractive apt-get install -y software-properties-common
   add-apt-repository -y ppa:deadsnakes/ppa
   apt-get update
   DEBIAN_FRONTEND=noninteractive apt-get install -y python3.11 python3.11-venv
 fi
-PY="${AUTOGRADER_SETUP_PYTHON:-python3.11}"
 TORCH_INDEX="${AUTOGRADER_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
 "$PY" -m venv "$ROOT/venv"
 PIP=("$ROOT/venv/bin/python" -m pip --disable-pip-version-check)
-# torch alone, from the CPU wheel index only (--index-url, never --extra-index-url: with PyPI also
-# in the search, an unreachable CPU index would silently bring the multi-GB CUDA build)
-if ! "${PIP[@]}" install --index-url "$TORCH_INDEX" "$(grep -E '^torch==' "$HERE/requirements.txt")"
+# torch alone, from the CPU wheel index only: --index-url, never --extra-index-url, and no pip
+# configuration (an extra index or find-links in a pip.conf or PIP_* variable would let pip take
+# PyPI's multi-GB CUDA build when the CPU index is unreachable)
+TORCH="$(grep -E '^torch==' "$HERE/requirements.txt")"
+if ! PIP_CONFIG_FILE=/dev/null "${PIP[@]}" --isolated install --index-url "$TORCH_INDEX" "$TORCH"
 then
   echo "setup.sh: torch could not be installed from the CPU wheel index $TORCH_INDEX;" >&2
   echo "refusing to fall back on PyPI's CUDA build" >&2

@@ -1,0 +1,358 @@
+"""A term as an instructor lives it (issue "[instructor-term]"), on the fixture assignment:
+
+- students who skip an assignment: ``grade`` never writes nbgrader's bookkeeping files into the
+  root of ``grading/submitted/`` (they read as students named ``timestamp`` on the next grade);
+  the gradebook holds exactly the enrolled students, across two grades;
+- a Canvas zip (``LATE_`` marker) and a Moodle zip through ``nbgrader zip_collect``, with a due
+  date: each submission's time is its upload time in the zip, not the time of extraction;
+  Canvas's own verdict is reported; the names in the file names reach formgrader; a roster
+  (``nbgrader db student import``) names the others;
+- a student's ``import matplotlib`` leaves no ``register_at_fork`` note;
+- a regrade after a test change: ``grade`` refuses points that disagree with the notebook (or
+  warns, when asked), and a hand-grader's score survives a regrade;
+- the export counts an override of an autograded cell in ``autograded`` (as the README says);
+- a new assignment from the scaffold is green in the project's own tests at once, and a points
+  fix is one edit of the ``.md``;
+- Gradescope: ``results.json``'s top-level visibility follows ``--visibility``; ``setup.sh``
+  takes torch from the CPU index only and fails loudly without it (run for real, offline, into a
+  fresh virtual environment from local indexes: only the PPA step is not run).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import nbformat
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "grader" / "fixtures" / "grader"))
+import corpus  # noqa: E402
+
+from autograder.host.intake import discover  # noqa: E402
+from autograder.integrations.gradescope import SETUP, finish_results, requirements  # noqa: E402
+from autograder.tools.authoring import (  # noqa: E402
+    AuthoringError,
+    _check_table,
+    sync_points,
+    to_notebook,  # noqa: E402
+)
+
+A, NB = corpus.ASSIGNMENT, corpus.NOTEBOOK
+REPO = Path(__file__).resolve().parents[2]
+COURSE_ID = "attention-and-transformers"
+DUE = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+
+
+def _env(**extra: str) -> dict:
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    return {**os.environ, "PATH": path, "COURSE_ID": COURSE_ID, **extra}
+
+
+def _nbgrader(course: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    out = subprocess.run(
+        [sys.executable, "-m", "nbgrader", *args],
+        cwd=course, env=_env(HOME=str(course / "home"), **env), capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, f"nbgrader {' '.join(args)}:\n{out.stdout}\n{out.stderr}"
+    return out
+
+
+def _notebook(course: Path, *, solved: bool = True, extra_import: str = "") -> str:
+    release = nbformat.read(course / "assignments" / A / NB, as_version=4)
+    if not solved:
+        return nbformat.writes(release)
+    sources = corpus.reference_sources()
+    sources["attention"] = extra_import + sources["attention"]
+    return nbformat.writes(corpus._with_solutions(release, **sources))
+
+
+def _grade(course: Path, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
+    return corpus.cli("--course-dir", str(course), "grade", A, "--jobs", "1", "--quiet", *extra,
+                      check=check)  # fmt: skip
+
+
+def _lms_zip(path: Path, entries: dict[str, tuple[tuple[int, ...], str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, (when, text) in entries.items():
+            zf.writestr(zipfile.ZipInfo(name, date_time=when), text)
+
+
+@pytest.mark.slow
+def test_a_term_of_skips_lms_downloads_rosters_and_regrades(tmp_path):
+    from nbgrader.api import Gradebook
+
+    course = corpus.make_course(tmp_path / "course")
+    (course / "home").mkdir()
+    with open(course / "nbgrader_config.py", "a") as config:
+        config.write(f'\nc.Autograder.due_dates = {{"{A}": "{DUE:%Y-%m-%d %H:%M:%S} UTC"}}\n')
+    submitted = course / "grading" / "submitted"
+    solved, blank = (
+        _notebook(course, extra_import="import matplotlib\n"),
+        _notebook(course, solved=False),
+    )
+
+    # the exchange's layout: alice on time, carol a day late, bob skipped this assignment
+    for student, text, when in (("alice", solved, "2026-11-20 10:00:00.000000 UTC"),
+                                ("carol", blank, "2026-11-21 12:00:00.000000 UTC")):  # fmt: skip
+        folder = submitted / student / A
+        folder.mkdir(parents=True)
+        (folder / NB).write_text(text)
+        (folder / "timestamp.txt").write_text(when)
+    (submitted / "bob" / "a0_other_assignment").mkdir(parents=True)
+
+    # Canvas: John on time, Jane late (LATE_); then Moodle: Ann an hour late
+    archive = course / "grading" / "downloaded" / A / "archive"
+    _lms_zip(archive / "canvas.zip", {
+        f"smithjohn_12345_67890_{NB}": ((2026, 11, 20, 11, 0, 0), solved),
+        f"doejane_LATE_23456_67891_{NB}": ((2026, 11, 20, 15, 30, 0), solved),
+    })  # fmt: skip
+    _nbgrader(course, "zip_collect", A, "--force", COURSE_LMS="canvas")
+    (archive / "canvas.zip").unlink()
+    _lms_zip(archive / "moodle.zip", {
+        f"Ann Lee_4242_assignsubmission_file_/{NB}": ((2026, 11, 20, 13, 0, 0), solved),
+    })  # fmt: skip
+    _nbgrader(course, "zip_collect", A, "--force", COURSE_LMS="moodle")
+    from nbgrader.utils import parse_utc
+
+    for student, hour in (("12345", 11), ("23456", 15.5), ("4242", 13)):
+        stamp = parse_utc((submitted / student / A / "timestamp.txt").read_text())
+        assert stamp == DUE.replace(hour=int(hour), minute=int(hour % 1 * 60)), (student, stamp)
+
+    # the roster names the students the exchange knows only by login
+    roster = course / "students.csv"
+    roster.write_text("id,first_name,last_name,email\nalice,Alice,Ames,alice@uni.edu\n"
+                      "bob,Bob,Berg,bob@uni.edu\ncarol,Carol,Cho,carol@uni.edu\n")  # fmt: skip
+    _nbgrader(course, "db", "student", "import", str(roster))
+
+    out = _grade(course)
+    for fake in ("timestamp.txt", "submission_secret.txt"):
+        assert not (submitted / fake).exists(), f"grade wrote {fake} into submitted/"
+    assert "register_at_fork" not in out.stdout + out.stderr
+    report = json.loads((course / "autograder_out" / A / "report.json").read_text())
+    rows = {r["student"]: r for r in report["rows"]}
+    assert not any("register_at_fork" in n for n in rows["alice"]["notes"]), rows["alice"]["notes"]
+    assert re.search(r"alice\s+8 / 8", out.stdout) and re.search(r"carol\s+0 / 8", out.stdout)
+    assert re.search(r"late: 23456 submitted 3\.5 h after the due date; marked late by the LMS",
+                     out.stdout), out.stdout  # fmt: skip
+    assert (
+        "late: 4242 submitted 1.0 h" in out.stdout and "late: carol submitted 24.0 h" in out.stdout
+    )
+    assert not re.search(r"late: (alice|12345)\b", out.stdout), out.stdout
+
+    enrolled = {"alice", "bob", "carol", "12345", "23456", "4242"}
+    db = f"sqlite:///{course / 'grading' / 'gradebook.db'}"
+    for _ in range(2):  # the old bug showed on the grade after the first
+        with Gradebook(db, COURSE_ID) as gb:
+            assert {s.id for s in gb.students} == enrolled
+            late = {s: gb.find_submission(A, s).total_seconds_late for s in enrolled - {"bob"}}
+            names = {s.id: (s.first_name, s.last_name) for s in gb.students}
+        assert late == {"alice": 0, "12345": 0, "23456": 3.5 * 3600, "4242": 3600,
+                        "carol": 24 * 3600}, late  # fmt: skip
+        assert names["4242"] == ("Ann", "Lee") and names["alice"] == ("Alice", "Ames"), names
+        assert names["12345"] == ("", "smithjohn"), names
+        out = _grade(course)
+    assert not (submitted / "timestamp.txt").exists()
+    # an older grader's leftovers at the root are not students
+    (submitted / "timestamp.txt").write_text("2026-11-20 10:00:00 UTC")
+    assert "timestamp" not in {s.student for s in discover(submitted, A, [NB])}
+
+    # a hand-grader overrides an autograded cell and scores the written answer
+    with Gradebook(db, COURSE_ID) as gb:
+        gb.find_grade("explain_scaling", A, A, "alice").manual_score = 1.5
+        gb.find_grade("check_multihead", A, A, "alice").manual_score = 3.0  # of 4
+        gb.db.commit()
+
+    # a test changes its points: grade refuses (or warns, asked to), nothing is lost
+    suite = course / "autograder" / "suites" / A / "test_fx_attention.py"
+    original = suite.read_text()
+    suite.write_text(original.replace('points(2, cell="check_multihead")',
+                                      'points(3, cell="check_multihead")', 1))  # fmt: skip
+    refused = _grade(course, check=False)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert (
+        "disagrees with its notebook" in refused.stderr and "nothing was graded" in refused.stderr
+    )
+    assert "check_multihead" in refused.stderr and "add up to 5" in refused.stderr, refused.stderr
+    warned = _grade(course, "--points-mismatch", "warn")
+    assert "WARNING" in warned.stderr and re.search(r"alice\s+8 / 8", warned.stdout)
+    suite.write_text(original.replace("should return a tensor", "must return a tensor"))
+    regraded = _grade(course)
+    assert "WARNING" not in regraded.stderr and re.search(r"alice\s+8 / 8", regraded.stdout)
+    with Gradebook(db, COURSE_ID) as gb:
+        assert gb.find_grade("explain_scaling", A, A, "alice").manual_score == 1.5
+        assert gb.find_grade("check_multihead", A, A, "alice").manual_score == 3.0
+
+    # the export: the override is in `autograded` (README: "autograded (... overrides included)")
+    _nbgrader(course, "export", "--to", str(tmp_path / "grades.csv"))
+    exported = {r["student_id"]: r for r in csv.DictReader(open(tmp_path / "grades.csv"))}
+    assert set(exported) == enrolled
+    alice = exported["alice"]
+    assert float(alice["autograded"]) == 7 and float(alice["manual"]) == 1.5, alice
+    assert (alice["first_name"], alice["last_name"]) == ("Alice", "Ames")
+    assert float(exported["23456"]["seconds_late"]) == 3.5 * 3600
+    readme = (REPO / "README.md").read_text()
+    assert "override of an autograded cell counts in `autograded`" in readme
+
+
+# ---------------------------------------------------------------------------------------------
+# A new assignment: green in the project's own tests, points restated from one edit
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_scaffolded_assignment_is_green_in_the_projects_own_tests(tmp_path):
+    """``make new-assignment`` in a copy of this repository, then the project's own tests on it
+    (the fast ones of tests/course/test_assignments.py for the new assignment, and the schedule
+    test; ``test_new_assignment_scaffold_passes_check_at_once`` grades it) and ruff."""
+    copy = tmp_path / "repo"
+    ignore = shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints")
+    for folder in ("autograder", "course_lib", "solutions", "assignments"):
+        shutil.copytree(REPO / folder, copy / folder, ignore=ignore)
+    for path in ("course.yml", "nbgrader_config.py", "pyproject.toml", "tests/conftest.py",
+                 "tests/course/conftest.py", "tests/course/test_assignments.py",
+                 "tests/course/test_embargo.py"):  # fmt: skip
+        (copy / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / path, copy / path)
+    name = "a6_term_example"
+    env = _env(PYTHONPATH=str(copy))
+    out = subprocess.run([sys.executable, "-m", "autograder", "--course-dir", str(copy),
+                          "new-assignment", name], cwd=copy, env=env, capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"{name} is listed as unreleased" in out.stdout and "make lint" in out.stdout
+    assert f"  {name}: unreleased" in (copy / "course.yml").read_text()
+    new = [p for p in copy.rglob(f"*{name}*") if p.is_file() and p.suffix in (".py", ".ipynb")]
+    new.append(copy / "course_lib" / "checks" / "a6.py")
+    ruff = str(Path(sys.executable).parent / "ruff")
+    for args in (["check"], ["format", "--check"]):
+        lint = subprocess.run([ruff, *args, *map(str, new)], cwd=copy, capture_output=True,
+                              text=True)  # fmt: skip
+        assert lint.returncode == 0, lint.stdout + lint.stderr
+    tests = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
+         "tests/course/test_assignments.py", "-k", f"{name} or there_are or check_cells_import",
+         "tests/course/test_embargo.py::"
+         "test_the_repository_schedule_releases_every_assignment_and_no_solution"],
+        cwd=copy, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert tests.returncode == 0, tests.stdout[-6000:] + tests.stderr[-3000:]
+    passed = int(re.search(r"(\d+) passed", tests.stdout).group(1))
+    assert passed >= 8 and "failed" not in tests.stdout, tests.stdout[-3000:]
+
+
+def test_a_points_fix_is_one_edit_of_the_text_source():
+    from autograder.tools.scaffold import SOURCE
+
+    text = SOURCE.format(title="A9: Example", module="a9", name="a9_example")
+    nb = to_notebook(
+        text.replace(":points: 2", ":points: 3").replace('"points": 1}', '"points": 2}')
+    )
+    changes = sync_points(nb)
+    md = "\n".join(c.source for c in nb.cells)
+    assert "## 1. Softmax (3 points)" in md and "| 1. `softmax` | hidden tests | 3 |" in md
+    assert "**5** (3 automatic + 2 by hand)" in md and "**Q1 (2 points).**" in md, md
+    assert "| Q1 stability | by hand | 2 |" in md and len(changes) == 5, changes
+    assert sync_points(nb) == []  # restated once, then stable
+    # a part whose table rows group several check cells cannot be restated: named, not guessed
+    a4 = (REPO / "solutions" / "a4_bert_gpt" / "a4_bert_gpt.md").read_text()
+    nb = to_notebook(a4.replace(":points: 6", ":points: 7", 1))
+    sync_points(nb)
+    with pytest.raises(AuthoringError, match="part 2: the rows say 11, its check cells 12"):
+        _check_table(nb, "a4_bert_gpt.md")
+
+
+# ---------------------------------------------------------------------------------------------
+# Gradescope
+# ---------------------------------------------------------------------------------------------
+
+
+def test_gradescope_top_level_visibility_follows_the_default():
+    results = {"score": 3, "visibility": "visible", "tests": [{"name": "t.py::test_a"}]}
+    config = {"visibility": "after_due_date", "tests": {"*_b": "hidden"}}
+    out = finish_results(results, config, None)
+    assert out["visibility"] == "after_due_date" and out["tests"][0]["visibility"] == (
+        "after_due_date"
+    )
+
+
+def _wheel(folder: Path, name: str, version: str, files: dict[str, str]) -> None:
+    """A minimal pure-Python wheel in ``folder/<name>/`` with the index page pip reads there."""
+    project = folder / name
+    project.mkdir(parents=True, exist_ok=True)
+    dist = f"{name.replace('-', '_')}-{version}"
+    path = project / f"{dist}-py3-none-any.whl"
+    meta = {
+        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    with zipfile.ZipFile(path, "w") as zf:
+        for arc, text in {**files, **meta}.items():
+            zf.writestr(arc, text)
+        zf.writestr(f"{dist}.dist-info/RECORD", "".join(f"{a},,\n" for a in [*files, *meta])
+                    + f"{dist}.dist-info/RECORD,,\n")  # fmt: skip
+    (project / "index.html").write_text(f'<a href="{path.name}">{path.name}</a>\n')
+
+
+@pytest.mark.slow
+def test_setup_sh_takes_torch_from_the_cpu_index_only_and_fails_loudly(tmp_path):
+    """``setup.sh`` run for real (bash, a fresh venv, pip) against two local indexes: a "CPU
+    index" with a CPU torch and a "PyPI" with every other pin and a CUDA torch of the same
+    version. With the CPU index it installs the CPU torch; with the CPU index unreachable it
+    fails, saying so, where ``--extra-index-url`` silently took the CUDA build. Not run here:
+    the deadsnakes PPA step (the test's interpreter is given as AUTOGRADER_SETUP_PYTHON)."""
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "setup.sh").write_text(SETUP)
+    (source / "requirements.txt").write_text(requirements())
+    assert subprocess.run(["bash", "-n", str(source / "setup.sh")]).returncode == 0
+    commands = [line for line in SETUP.splitlines() if not line.lstrip().startswith("#")]
+    assert not any("--extra-index-url" in line for line in commands)
+    pins = dict(line.split("==") for line in requirements().split())
+    cpu, pypi = tmp_path / "cpu", tmp_path / "pypi"
+
+    def torch_files(cuda: str | None) -> dict[str, str]:
+        return {"torch/__init__.py": "from . import version\n",
+                "torch/version.py": f"cuda = {cuda!r}\n"}  # fmt: skip
+
+    _wheel(cpu, "torch", pins["torch"] + "+cpu", torch_files(None))
+    _wheel(pypi, "torch", pins["torch"], torch_files("12.8"))
+    for name, version in pins.items():
+        if name != "torch":
+            _wheel(pypi, name, version, {f"fake_{name.replace('-', '_')}.py": ""})
+
+    def setup(root: Path, torch_index: str) -> subprocess.CompletedProcess:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("PIP_")}
+        # the machine's own pip configuration (extra indexes, find-links) is the test's too:
+        # setup.sh must ignore it for torch; the rest comes from the fake PyPI
+        env.update(PIP_FIND_LINKS=str(tmp_path / "no-wheels"))
+        env.update(AUTOGRADER_ROOT=str(root), AUTOGRADER_SETUP_PYTHON=sys.executable,
+                   AUTOGRADER_TORCH_INDEX=torch_index, PIP_INDEX_URL=pypi.as_uri() + "/",
+                   PIP_NO_CACHE_DIR="1", PIP_DISABLE_PIP_VERSION_CHECK="1")  # fmt: skip
+        env.pop("VIRTUAL_ENV", None)
+        return subprocess.run(["bash", str(source / "setup.sh")], cwd=source, env=env,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+
+    good = setup(tmp_path / "good", cpu.as_uri() + "/")
+    assert good.returncode == 0, good.stdout[-3000:] + good.stderr[-3000:]
+    python = tmp_path / "good" / "venv" / "bin" / "python"
+    version = subprocess.run([str(python), "-c", "import torch, importlib.metadata as m; "
+                              "print(m.version('torch'), torch.version.cuda)"],
+                             capture_output=True, text=True)  # fmt: skip
+    assert version.stdout.split() == [pins["torch"] + "+cpu", "None"], version
+    bad = setup(tmp_path / "bad", (tmp_path / "unreachable").as_uri() + "/")
+    assert bad.returncode != 0, bad.stdout[-3000:] + bad.stderr[-3000:]
+    assert "refusing to fall back on PyPI's CUDA build" in bad.stderr
+    python = tmp_path / "bad" / "venv" / "bin" / "python"
+    assert subprocess.run([str(python), "-c", "import torch"]).returncode != 0  # no CUDA torch
