@@ -127,7 +127,8 @@ def test_a_term_of_skips_lms_downloads_rosters_and_regrades(tmp_path):
 
     for student, hour in (("12345", 11), ("23456", 15.5), ("4242", 13)):
         stamp = parse_utc((submitted / student / A / "timestamp.txt").read_text())
-        assert stamp == DUE.replace(hour=int(hour), minute=int(hour % 1 * 60)), (student, stamp)
+        want = DUE.replace(hour=int(hour), minute=int(hour % 1 * 60), tzinfo=None)  # naive UTC
+        assert stamp == want, (student, stamp)
 
     # the roster names the students the exchange knows only by login
     roster = course / "students.csv"
@@ -152,7 +153,7 @@ def test_a_term_of_skips_lms_downloads_rosters_and_regrades(tmp_path):
 
     enrolled = {"alice", "bob", "carol", "12345", "23456", "4242"}
     db = f"sqlite:///{course / 'grading' / 'gradebook.db'}"
-    for _ in range(2):  # the old bug showed on the grade after the first
+    for again in (True, False):  # the old bug showed on the grade after the first
         with Gradebook(db, COURSE_ID) as gb:
             assert {s.id for s in gb.students} == enrolled
             late = {s: gb.find_submission(A, s).total_seconds_late for s in enrolled - {"bob"}}
@@ -161,7 +162,8 @@ def test_a_term_of_skips_lms_downloads_rosters_and_regrades(tmp_path):
                         "carol": 24 * 3600}, late  # fmt: skip
         assert names["4242"] == ("Ann", "Lee") and names["alice"] == ("Alice", "Ames"), names
         assert names["12345"] == ("", "smithjohn"), names
-        out = _grade(course)
+        if again:
+            _grade(course)
     assert not (submitted / "timestamp.txt").exists()
     # an older grader's leftovers at the root are not students
     (submitted / "timestamp.txt").write_text("2026-11-20 10:00:00 UTC")
