@@ -1,15 +1,27 @@
-"""Similarity report: precision and recall on the A2 corpus, and its time at 100 submissions.
+"""Similarity report: ours against Dolos and copydetect on the corpus, and its time at 150.
 
-1. The corpus (tests/fixtures/similarity: independent solutions in different styles and disguised
-   copies of the references and of each other): precision and recall of the flagged pairs at
-   several thresholds, and the margin between the weakest copy and the strongest independent pair.
-2. ``--tools-python PY``: the same corpus through copydetect and compare50 (installed in another
-   environment, e.g. a scratch venv: they cannot share ours, see the note in the docstring of
-   autograder/similarity.py), on the raw cells and, for copydetect, on our normalised tokens.
-3. Time of ``similarity.run`` for ``--submissions`` (100) notebooks combined from the corpus,
-   against ``python -m autograder grade --jobs 2`` on ``--grade`` (10) of them, extrapolated.
+1. The corpus (tests/grader/fixtures/similarity: per assignment, A2 and A3, a class of 32
+   independent solutions, a past year of 8, and 11 disguised copies of the reference, of peers,
+   of a copy and of the past year). Every pair of owners (student ~ student, student ~ reference,
+   student ~ past submission) is ranked by each tool; the table gives precision and recall at the
+   tool's threshold, the best F1 over all thresholds, the weakest copy and the strongest
+   independent pair, and the rank of every true copy pair.
+2. Dolos (``@dodona/dolos-lib``, tree-sitter, winnowing; npm) and copydetect (pip) see the same
+   code: per owner, one .py file with its graded cells as written; the release's graded cells
+   are the template (Dolos's ignored file, copydetect's boilerplate). A tool that is not
+   installed is skipped. Install them outside the project, e.g.
 
-    .venv/bin/python benchmarks/similarity.py [--submissions 100] [--grade 10] [--tools-python PY]
+       npm install --prefix /tmp/simtools @dodona/dolos-lib
+       python3.11 -m venv /tmp/simtools/venv && /tmp/simtools/venv/bin/pip install copydetect
+
+   and pass ``--dolos /tmp/simtools --copydetect-python /tmp/simtools/venv/bin/python``.
+3. Time of the report (``similarity.run``: units, weights, ranking, the three files) on
+   ``--submissions`` (150) A3 notebooks combined from the corpus, against ``grade`` for the same
+   batch: measured on ``--grade`` submissions (0: skip) and from the README's figure (100 A4
+   submissions in 205 s with ``--jobs 2``).
+
+    .venv/bin/python benchmarks/similarity.py [--dolos DIR] [--copydetect-python PY]
+        [--submissions 150] [--grade 0]
 """
 
 from __future__ import annotations
@@ -18,7 +30,7 @@ import argparse
 import json
 import os
 import random
-import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,215 +48,291 @@ from autograder.host.intake import discover  # noqa: E402
 from autograder.tools import similarity as S  # noqa: E402
 
 COURSE = Course(REPO)
-RELEASE = COURSE.release_dir(corpus.ASSIGNMENT) / corpus.NOTEBOOK
-THRESHOLDS = [0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
-
-
-def corpus_units(folder: Path):
-    corpus.write(folder, RELEASE)
-    builder = S.Builder(COURSE, corpus.ASSIGNMENT)
-    subs = discover(folder, corpus.ASSIGNMENT, list(builder.release_nbs))
-    students = {s.student: builder.submission(s) for s in subs}
-    refs = builder.references()
-    return builder, S.by_cell(students), refs
-
-
-def table(title: str, scored, per_cell, refs, thresholds) -> None:
-    origin = corpus.origins()
-    print(f"\n{title}")
-    head = ("threshold", "copies", "flagged", "false", "precision", "recall")
-    print("{:>10} {:>7} {:>8} {:>6} {:>10} {:>7}".format(*head))
-    for t in thresholds:
-        r = corpus.evaluate(scored, per_cell, refs, origin, t)
-        print(
-            f"{t:>10.3g} {r['tp'] + r['fn']:>7} {r['tp']:>8} {r['fp']:>6} "
-            f"{r['precision']:>10.3f} {r['recall']:>7.3f}"
-        )
-    by_key = {(c, a.owner, b.owner): s for c, a, b, s in scored}
-    copy_scores = [by_key[k] for k in r["copies"]]
-    other = [by_key[k] for k in r["independent"]]
-    if copy_scores and other:
-        print(
-            f"  weakest copy pair {min(copy_scores):.3g}, strongest independent pair "
-            f"{max(other):.3g} (separable: {min(copy_scores) > max(other)})"
-        )
+README_GRADE = (100, 205.0)  # README: 100 A4 submissions graded in 205 s (--jobs 2)
 
 
 # ---------------------------------------------------------------------------------------------
-# copydetect and compare50, run by another interpreter
+# Ours
 # ---------------------------------------------------------------------------------------------
 
-DRIVER = r"""
+
+def ours(klass: corpus.Class, work: Path) -> tuple[list[tuple[str, str, float]], float]:
+    subs_dir = klass.write(work / "subs")
+    past = klass.write_past(work)
+    start = time.perf_counter()
+    builder = S.Builder(COURSE, klass.assignment)
+    subs = discover(subs_dir, klass.assignment, list(builder.release_nbs))
+    result = S.analyse(builder, subs, past=[past])
+    seconds = time.perf_counter() - start
+    return [(m.a, m.b, m.score) for m in result.matches], seconds
+
+
+# ---------------------------------------------------------------------------------------------
+# The same code as files, for the other tools
+# ---------------------------------------------------------------------------------------------
+
+
+def _graded_code(nb: dict, cells: set[str]) -> str:
+    parts = []
+    for cell in nb["cells"]:
+        gid = cell["metadata"].get("nbgrader", {}).get("grade_id")
+        if cell["cell_type"] == "code" and gid in cells:
+            parts.append("".join(cell["source"]))
+    return "\n\n".join(parts) + "\n"
+
+
+def tool_files(klass: corpus.Class, work: Path) -> tuple[dict[str, Path], Path, list]:
+    """owner -> file, the template file, and the pairs to score (as ours compares them)."""
+    cells = set(corpus.CLASSES[klass.assignment].CELLS)
+    folder = work / "files"
+    folder.mkdir(parents=True, exist_ok=True)
+    files: dict[str, Path] = {}
+
+    def put(owner: str, nb: dict) -> None:
+        path = folder / f"f{len(files):03d}.py"
+        path.write_text(_graded_code(nb, cells))
+        files[owner] = path
+
+    for name in sorted(klass.students):
+        put(name, json.loads((work / "subs" / f"{name}.ipynb").read_text()))
+    for name in sorted(klass.past):
+        nb = json.loads((work / corpus.PAST / f"{name}.ipynb").read_text())
+        put(f"past: {corpus.PAST}/{name}", nb)
+    a = klass.assignment
+    put(corpus.REFERENCE, json.loads((REPO / "solutions" / a / f"{a}.ipynb").read_text()))
+    template = work / "template.py"
+    template.write_text(
+        _graded_code(json.loads((REPO / "assignments" / a / f"{a}.ipynb").read_text()), cells)
+    )
+    students = sorted(klass.students)
+    others = [corpus.REFERENCE] + [f"past: {corpus.PAST}/{n}" for n in sorted(klass.past)]
+    pairs = [(x, y) for i, x in enumerate(students) for y in students[i + 1 :]]
+    pairs += [(x, o) for x in students for o in others]
+    return files, template, pairs
+
+
+DOLOS_JS = r"""
+import { readFileSync, writeFileSync } from "fs";
+import { Dolos } from "@dodona/dolos-lib";
+const spec = JSON.parse(readFileSync(process.argv[2], "utf8"));
+const dolos = new Dolos({ language: "python", ...spec.options });
+const report = await dolos.analyzePaths(spec.files, spec.template);
+const out = [];
+for (const p of report.allPairs()) {
+  out.push([p.leftFile.path, p.rightFile.path, p.similarity]);
+}
+writeFileSync(process.argv[3], JSON.stringify(out));
+"""
+
+
+def dolos(folder: Path, files, template, pairs, work: Path, options: dict):
+    lib = folder / "node_modules" / "@dodona" / "dolos-lib"
+    if not lib.exists() or not shutil.which("node"):
+        return None
+    script = folder / "bench_dolos.mjs"  # beside node_modules, so the import resolves
+    script.write_text(DOLOS_JS)
+    spec = {"files": [str(p) for p in files.values()], "template": str(template),
+            "options": options}  # fmt: skip
+    (work / "dolos.json").write_text(json.dumps(spec))
+    start = time.perf_counter()
+    subprocess.run(
+        ["node", str(script), str(work / "dolos.json"), str(work / "dolos_out.json")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    seconds = time.perf_counter() - start
+    owner = {str(p): o for o, p in files.items()}
+    got = {}
+    for left, right, sim in json.loads((work / "dolos_out.json").read_text()):
+        got[frozenset((owner[left], owner[right]))] = sim
+    return [(a, b, got.get(frozenset((a, b)), 0.0)) for a, b in pairs], seconds
+
+
+COPYDETECT_PY = r"""
 import json, sys
+from copydetect import CodeFingerprint, compare_files
 spec = json.load(open(sys.argv[1]))
-out = {}
-tool, opts = spec["tool"], spec["options"]
-if tool == "copydetect":
-    from copydetect import CodeFingerprint, compare_files
-    for cell, info in spec["cells"].items():
-        base = CodeFingerprint(info["base"], opts["k"], opts["w"], language="python").hashes
-        fps = {o: CodeFingerprint(p, opts["k"], opts["w"], boilerplate=list(base),
-                                  language="python") for o, p in info["files"].items()}
-        for a, b in info["pairs"]:
-            _, sims, _ = compare_files(fps[a], fps[b])
-            out[f"{cell}|{a}|{b}"] = float(max(sims))
-else:
-    from compare50 import _api, _data, passes
-    pass_ = getattr(passes, opts["pass"])
-    pre = _data.Preprocessor(pass_.preprocessors)
-    for cell, info in spec["cells"].items():
-        subs = {o: _data.Submission(p, [p], preprocessor=pre) for o, p in info["files"].items()}
-        base = _data.Submission(info["base"], [info["base"]], preprocessor=pre)
-        scores = pass_.comparator.score(list(subs.values()), [], set(base.files))
-        by = {(s.sub_a.id, s.sub_b.id): s.score for s in scores}
-        for a, b in info["pairs"]:
-            x, y = subs[a].id, subs[b].id
-            out[f"{cell}|{a}|{b}"] = float(by.get((x, y), by.get((y, x), 0)))
+k, w = spec["k"], spec["w"]
+base = CodeFingerprint(spec["template"], k, w, language="python").hashes
+fps = {o: CodeFingerprint(p, k, w, boilerplate=list(base), language="python")
+       for o, p in spec["files"].items()}
+out = []
+for a, b in spec["pairs"]:
+    _, sims, _ = compare_files(fps[a], fps[b])
+    out.append([a, b, float(max(sims))])
 json.dump(out, open(sys.argv[2], "w"))
 """
 
 
-def run_tool(python: str, tool: str, options: dict, per_cell, refs, work: Path, normalised=False):
-    spec = {"tool": tool, "options": options, "cells": {}}
-    pairs = []
-    for key, units in per_cell.items():
-        live = [u for u in units if u.comparable]
-        others = [u for u in refs.get(key, []) if u.prints]
-        folder = work / tool / key.replace(":", "_")
-        folder.mkdir(parents=True, exist_ok=True)
-        files = {}
-        for u in live + others:
-            path = folder / f"{len(files)}.py"
-            if normalised:
-                path.write_text(" ".join(u.tokens))
-            else:
-                path.write_text(u.blocks[0].source)  # the graded cell as the student wrote it
-            files[u.owner] = str(path)
-        cell = next(c for c in S.load_release(COURSE, corpus.ASSIGNMENT).cells if c.key == key)
-        base = folder / "base.py"
-        base.write_text(cell.base if not normalised else "")
-        info = {"files": files, "base": str(base), "pairs": []}
-        for i, a in enumerate(live):
-            for b in live[i + 1 :] + others:
-                info["pairs"].append((a.owner, b.owner))
-                pairs.append((key, a, b))
-        spec["cells"][key] = info
-    (work / "spec.json").write_text(json.dumps(spec))
+def copydetect(python: str | None, files, template, pairs, work: Path, k: int, w: int):
+    if python is None:
+        try:
+            import copydetect as _  # noqa: F401
+
+            python = sys.executable
+        except ImportError:
+            return None
+    spec = {"files": {o: str(p) for o, p in files.items()}, "template": str(template),
+            "pairs": pairs, "k": k, "w": w}  # fmt: skip
+    (work / "cd.json").write_text(json.dumps(spec))
     start = time.perf_counter()
-    subprocess.run(
-        [python, "-c", DRIVER, str(work / "spec.json"), str(work / "out.json")], check=True
-    )
+    done = subprocess.run(
+        [python, "-c", COPYDETECT_PY, str(work / "cd.json"), str(work / "cd_out.json")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if done.returncode != 0:
+        print(f"copydetect failed: {done.stderr[-500:]}", file=sys.stderr)
+        return None
     seconds = time.perf_counter() - start
-    got = json.loads((work / "out.json").read_text())
-    return [(k, a, b, got[f"{k}|{a.owner}|{b.owner}"]) for k, a, b in pairs], seconds
+    return [tuple(x) for x in json.loads((work / "cd_out.json").read_text())], seconds
 
 
 # ---------------------------------------------------------------------------------------------
-# Timing at 100 submissions
+# Tables
 # ---------------------------------------------------------------------------------------------
 
 
-def combined(folder: Path, n: int, seed: int = 0) -> None:
-    """``n`` notebooks, each cell taken from a random corpus submission."""
+def best_f1(klass, ranked) -> tuple[float, float, float, float]:
+    """(F1, threshold, precision, recall) at the best threshold."""
+    best = (0.0, 0.0, 0.0, 0.0)
+    for t in sorted({s for _, _, s in ranked if s > 0}):
+        r = corpus.evaluate(klass, ranked, t)
+        f1 = 2 * r["precision"] * r["recall"] / (r["precision"] + r["recall"] or 1)
+        if f1 > best[0]:
+            best = (f1, t, r["precision"], r["recall"])
+    return best
+
+
+def summary(klass, tool: str, ranked, threshold: float, seconds: float, ranks: dict) -> None:
+    ranked = sorted(ranked, key=lambda x: (-x[2], x[0], x[1]))
+    r = corpus.evaluate(klass, ranked, threshold)
+    f1, t, p, rc = best_f1(klass, ranked)
+    worst = max(c[0] for c in r["copies"])
+    print(
+        f"{tool:<34} {threshold:>6.2f} {r['precision']:>5.2f} {r['recall']:>5.2f} "
+        f"{r['weakest_copy']:>6.2f} {r['strongest_independent']:>6.2f} {worst:>5} "
+        f"{r['first_independent_rank']:>5}   {f1:.2f} (at {t:.2f}: P {p:.2f} R {rc:.2f})"
+        f" {seconds:>6.1f}"
+    )
+    for rank, a, b, _ in r["copies"]:
+        ranks.setdefault((a, b), {})[tool] = rank
+
+
+def compare_tools(args, klass: corpus.Class, work: Path) -> None:
+    print(f"\n## {klass.assignment}: {len(klass.students)} submissions "
+          f"({corpus.N_INDEPENDENT} independent), {len(klass.past)} past, 1 reference")  # fmt: skip
+    print(f"{'tool':<34} {'thresh':>6} {'P':>5} {'R':>5} {'weak':>6} {'indep':>6} "
+          f"{'worst':>5} {'1stI':>5}   best F1 (threshold: P, R)  seconds")  # fmt: skip
+    ranks: dict = {}
+    ranked, seconds = ours(klass, work)
+    summary(klass, "ours", ranked, S.THRESHOLD, seconds, ranks)
+    files, template, pairs = tool_files(klass, work)
+    runs = [
+        ("Dolos 3.5 (defaults k=23, w=17)", {}, 0.5),
+        ("Dolos 3.5 (k=12, w=6)", {"kgramLength": 12, "kgramsInWindow": 6}, 0.5),
+        ("Dolos 3.5 (k=12, w=6, max 30 %)",
+         {"kgramLength": 12, "kgramsInWindow": 6, "maxFingerprintPercentage": 0.3}, 0.5),
+    ]  # fmt: skip
+    if args.dolos:
+        for title, options, threshold in runs:
+            got = dolos(Path(args.dolos), files, template, pairs, work, options)
+            if got is None:
+                print(f"{title}: skipped (no @dodona/dolos-lib under {args.dolos} or no node)")
+                break
+            summary(klass, title, got[0], threshold, got[1], ranks)
+    else:
+        print("Dolos: skipped (--dolos DIR with node_modules/@dodona/dolos-lib)")
+    for title, k, w, threshold in [("copydetect 0.5 (defaults k=25, w=1)", 25, 1, 0.33),
+                                   ("copydetect 0.5 (k=10, w=3)", 10, 3, 0.5)]:  # fmt: skip
+        got = copydetect(args.copydetect_python, files, template, pairs, work, k, w)
+        if got is None:
+            print("copydetect: skipped (not importable; --copydetect-python PY)")
+            break
+        summary(klass, title, got[0], threshold, got[1], ranks)
+    tools = sorted({t for v in ranks.values() for t in v}, key=lambda t: (t != "ours", t))
+    print(f"\nrank of every true copy pair ({klass.assignment})")
+    print(f"{'pair':<34} " + " ".join(f"{t[:16]:>16}" for t in tools))
+    for (a, b), by in sorted(ranks.items(), key=lambda x: x[1].get("ours", 0)):
+        print(f"{a + ' ~ ' + b:<34} " + " ".join(f"{by.get(t, '-'):>16}" for t in tools))
+
+
+# ---------------------------------------------------------------------------------------------
+# Time at 150 submissions
+# ---------------------------------------------------------------------------------------------
+
+
+def combined(klass: corpus.Class, folder: Path, n: int, seed: int = 0) -> None:
+    """``n`` notebooks, each graded cell taken from a random corpus submission."""
     rng = random.Random(seed)
-    release = json.loads(RELEASE.read_text())
-    books = {name: corpus.notebook(release, name) for name in corpus.students()}
+    names = sorted(klass.students)
     folder.mkdir(parents=True, exist_ok=True)
     for i in range(n):
-        nb = json.loads(json.dumps(release))
-        for j, cell in enumerate(nb["cells"]):
-            gid = cell["metadata"].get("nbgrader", {}).get("grade_id")
-            if gid and cell["metadata"]["nbgrader"].get("solution"):
-                donor = books[rng.choice(sorted(books))]
-                same = [
-                    c
-                    for c in donor["cells"]
-                    if c["metadata"].get("nbgrader", {}).get("grade_id") == gid
-                ]
-                cell = json.loads(json.dumps(same[0]))
-                # unique text (a comment): no two notebooks share a cell, nothing is cached
-                cell["source"] = "".join(cell["source"]) + f"\n# student {i}\n"
-                nb["cells"][j] = cell
-        (folder / f"student{i:03d}.ipynb").write_text(json.dumps(nb))
+        mix = corpus.Student(f"x{i:03d}", f"x{i:03d}")
+        for gid in corpus.CLASSES[klass.assignment].CELLS:
+            cell = klass.students[rng.choice(names)].cells[gid]
+            # a comment of its own: no two notebooks share a cell, nothing is cached
+            mix.cells[gid] = corpus.Cell([*cell.bodies[:-1], cell.bodies[-1] + f"# {i}\n"],
+                                         cell.prefix)  # fmt: skip
+        klass.students[mix.name] = mix
+        klass.write(folder, [mix.name])
+        del klass.students[mix.name]
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def timing(args, work: Path) -> None:
+    klass = corpus.build("a3_transformer")
+    n = args.submissions
+    folder = work / "many"
+    combined(klass, folder, n)
+    subs = discover(folder, klass.assignment, [f"{klass.assignment}.ipynb"])
+    start, cpu = time.perf_counter(), time.process_time()
+    result = S.run(COURSE, klass.assignment, subs, work / "out")
+    sim, sim_cpu = time.perf_counter() - start, time.process_time() - cpu
+    print(f"\n## time: {n} A3 submissions")
+    print(f"{'what':<46} {'n':>5} {'seconds':>8} {'per submission':>15}")
+    print(f"{'similarity report (three files written)':<46} {n:>5} {sim:>8.2f} {sim / n:>15.3f}")
+    print(f"  {len(result.flagged)} pairs flagged, {sim_cpu:.1f} CPU s")
+    per = README_GRADE[1] / README_GRADE[0]
+    print(f"{'grade --jobs 2 (README: 100 A4 in 205 s)':<46} {n:>5} {per * n:>8.1f} {per:>15.3f}")
+    if args.grade:
+        few = work / "few"
+        few.mkdir()
+        for p in sorted(folder.iterdir())[: args.grade]:
+            shutil.copy(p, few / p.name)
+        env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+        cmd = [sys.executable, "-m", "autograder", "grade", klass.assignment,
+               "--submissions", str(few), "--out", str(work / "gout"), "--jobs", "2",
+               "--quiet", "--no-gradebook", "--no-similarity"]  # fmt: skip
+        start = time.perf_counter()
+        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+        g = time.perf_counter() - start
+        if done.returncode not in (0, 3):
+            print(done.stdout[-1500:], done.stderr[-1500:])
+        else:
+            per = g / args.grade
+            what = f"grade --jobs 2 (measured on {args.grade}, A3)"
+            print(f"{what:<46} {n:>5} {per * n:>8.1f} {per:>15.3f}")
+    print(f"similarity / grade at {n}: {100 * sim / (per * n):.1f} % (budget 10 %)")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--submissions", type=int, default=100)
-    parser.add_argument("--grade", type=int, default=10, help="graded for the comparison (0: skip)")
-    parser.add_argument("--tools-python", help="an interpreter with copydetect and compare50")
+    parser.add_argument("--dolos", default=os.environ.get("DOLOS_DIR"),
+                        help="a folder holding node_modules/@dodona/dolos-lib")  # fmt: skip
+    parser.add_argument("--copydetect-python", help="an interpreter with copydetect")
+    parser.add_argument("--submissions", type=int, default=150)
+    parser.add_argument("--grade", type=int, default=0, help="grade this many to time grade")
+    parser.add_argument("--skip-tools", action="store_true", help="only the timing")
     args = parser.parse_args()
+    print(f"ours: threshold {S.THRESHOLD}, k={S.K}, window={S.WINDOW}; "
+          "P, R at the tool's threshold; weak: weakest copy pair; indep: strongest independent "
+          "pair; worst: the lowest rank of a copy pair; 1stI: the rank of the first "
+          "independent pair")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="bench-similarity-") as tmp:
         tmp = Path(tmp)
-        start = time.perf_counter()
-        builder, per_cell, refs = corpus_units(tmp / "corpus")
-        scored = S.scores(per_cell, refs)
-        ours = time.perf_counter() - start
-        n_sub = len(corpus.students())
-        table(f"ours: {n_sub} corpus submissions, {ours:.2f} s", scored, per_cell, refs, THRESHOLDS)
-        print(f"  chosen threshold {S.THRESHOLD} (k={S.K}, window={S.WINDOW}, "
-              f"min_tokens={S.MIN_TOKENS})")  # fmt: skip
-        if args.tools_python:
-            runs = [
-                ("copydetect 0.5.0 (defaults k=25, w=6), raw cells", "copydetect",
-                 {"k": 25, "w": 6}, False, [0.2, 0.33, 0.5, 0.7]),
-                ("copydetect 0.5.0 (k=10, w=3), raw cells", "copydetect",
-                 {"k": 10, "w": 3}, False, [0.3, 0.4, 0.5, 0.6, 0.7]),
-                ("copydetect 0.5.0 (k=10, w=3), on our normalised tokens", "copydetect",
-                 {"k": 10, "w": 3}, True, [0.3, 0.4, 0.5, 0.6, 0.7]),
-                ("compare50 1.2.15 'structure' pass (raw score: shared fingerprints)",
-                 "compare50", {"pass": "structure"}, False, [1, 2, 3, 4, 6, 8]),
-            ]  # fmt: skip
-            for i, (title, tool, options, normalised, ts) in enumerate(runs):
-                got, seconds = run_tool(
-                    args.tools_python, tool, options, per_cell, refs, tmp / f"t{i}", normalised
-                )
-                table(f"{title}: {seconds:.2f} s", got, per_cell, refs, ts)
-        n = args.submissions
-        folder = tmp / "many"
-        combined(folder, n)
-        subs = discover(folder, corpus.ASSIGNMENT, [corpus.NOTEBOOK])
-        start, cpu = time.perf_counter(), time.process_time()
-        pairs = S.run(COURSE, corpus.ASSIGNMENT, subs, tmp / "out")
-        sim_time, sim_cpu = time.perf_counter() - start, time.process_time() - cpu
-        size = sum(p.stat().st_size for p in (tmp / "out").iterdir()) / 1024
-        print(f"\n{'what':<44} {'submissions':>11} {'seconds':>8} {'per submission':>15}")
-        print(
-            f"{'similarity (reports included)':<44} {n:>11} {sim_time:>8.2f} {sim_time / n:>15.3f}"
-        )
-        print(f"  {len(pairs)} pairs flagged; reports {size:.0f} KiB; {sim_cpu:.2f} CPU s")
-        if args.grade:
-            few = tmp / "few"
-            few.mkdir()
-            for p in sorted(folder.iterdir())[: args.grade]:
-                (few / p.name).write_bytes(p.read_bytes())
-            env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-            cmd = [sys.executable, "-m", "autograder", "grade", corpus.ASSIGNMENT,
-                   "--submissions", str(few), "--out", str(tmp / "gout"), "--jobs", "2",
-                   "--quiet", "--no-gradebook", "--no-similarity"]  # fmt: skip
-            start, cpu = time.perf_counter(), _children_cpu()
-            done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-            grade_time, grade_cpu = time.perf_counter() - start, _children_cpu() - cpu
-            if done.returncode not in (0, 3):
-                print(done.stdout[-2000:], done.stderr[-2000:])
-                return 1
-            per = grade_time / args.grade
-            what = "grade --jobs 2 (measured)"
-            print(f"{what:<44} {args.grade:>11} {grade_time:>8.2f} {per:>15.3f}")
-            print(f"{'grade --jobs 2 (extrapolated)':<44} {n:>11} {per * n:>8.1f} {per:>15.3f}")
-            each = grade_cpu / args.grade
-            print(f"  grade used {grade_cpu:.1f} CPU s for {args.grade} ({each:.2f} each)")
-            wall_pct, cpu_pct = 100 * sim_time / (per * n), 100 * sim_cpu / (each * n)
-            print(
-                f"similarity / grade at {n}: {wall_pct:.1f} % of the wall time, "
-                f"{cpu_pct:.1f} % of the CPU time (budget 10 %)"
-            )
-        print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        if not args.skip_tools:
+            for assignment in corpus.CLASSES:
+                compare_tools(args, corpus.build(assignment), tmp / assignment)
+        timing(args, tmp)
     return 0
 
 
