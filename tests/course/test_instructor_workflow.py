@@ -83,7 +83,7 @@ def test_gradescope_zip_works_as_uploaded(course, tmp_path):
     archive = tmp_path / "gs.zip"
     corpus.cli(
         "--course-dir", str(course), "gradescope", A, "--out", str(archive),
-        "--test-visibility", "*multihead*=after_due_date",
+        "--visibility", "after_published", "--test-visibility", "*multihead*=after_due_date",
     )  # fmt: skip
     with zipfile.ZipFile(archive) as zf:
         names = set(zf.namelist())
@@ -107,7 +107,8 @@ def test_gradescope_zip_works_as_uploaded(course, tmp_path):
     assert all(t["status"] == "passed" for t in graded)
     levels = {t["name"]: t["visibility"] for t in graded}
     assert {v for k, v in levels.items() if "multihead" in k} == {"after_due_date"}
-    assert {v for k, v in levels.items() if "multihead" not in k} == {"visible"}
+    assert {v for k, v in levels.items() if "multihead" not in k} == {"after_published"}
+    assert results["visibility"] == "after_published"  # the score too, not only the tests
     written = results["tests"][-1]
     assert written["output_format"] == "html" and "explain_scaling" in written["output"]
     assert "YOUR ANSWER HERE" in written["output"]  # the reference leaves the written answer
