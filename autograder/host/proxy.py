@@ -302,7 +302,9 @@ class WorkerSession:
             raise ForbiddenCall(text)
         if not reply.get("ok"):
             err = reply.get("error", {})
-            if err.get("type") == "NameError" and isinstance(msg.get("target"), str):
+            # only the worker's own lookup says "missing": a NameError raised inside the
+            # student's function is that error, with its line
+            if err.get("missing") is True and isinstance(msg.get("target"), str):
                 raise MissingDefinition(
                     err["type"],
                     f"your notebook does not define {msg['target']!r} (was its cell deleted, "

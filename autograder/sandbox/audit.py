@@ -11,16 +11,28 @@ system permits it; this layer is what remains in fallback mode and a second line
 - ``refuse_builtins``: threads, FIFOs / device nodes and ``_posixsubprocess.fork_exec`` (no audit
   events in 3.11) replaced by functions that refuse;
 - ``seal_imports``: the grader's modules dropped from ``sys.modules`` and refused by a finder
-  placed first on ``sys.meta_path``, so no name, string or ``importlib`` call reaches them.
+  placed first on ``sys.meta_path``, so no name, string or ``importlib`` call reaches them;
+- ``refuse_compilers``: TorchScript and custom-operator registration (code the detector cannot
+  watch) refused; ``torch.jit.script`` and ``trace`` hand back the eager object unchanged.
+
+Which code is the student's is decided by path, from an allow-list fixed before student code runs
+(:func:`library_prefixes`): every frame whose file is not the interpreter's standard library, an
+installed package, the course library or the worker's own is the student's, whatever name it was
+compiled under. Code cannot be compiled, unmarshalled or renamed (``_imp._fix_co_filename``)
+under an allow-listed file name unless it is that file's own code.
 """
 
 from __future__ import annotations
 
-import errno
-import os
-import sys
-from collections.abc import Callable
-from typing import Any
+import builtins as _builtins_module
+
+__builtins__ = dict(_builtins_module.__dict__)  # private: student code may replace builtins.*
+
+import errno  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _PATH_EVENTS = {
@@ -47,7 +59,9 @@ _INTROSPECTION = {
 }  # fmt: skip
 _FRAME_ATTRIBUTES = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back", "gi_code"}
 # Extension modules whose functions are replaced or policed: a fresh copy is not loaded again.
-_NO_RELOAD = {"_posixsubprocess", "posix", "_thread", "_ctypes", "_sqlite3", "mmap", "_signal"}
+_NO_RELOAD = {
+    "_posixsubprocess", "posix", "_thread", "_ctypes", "_sqlite3", "mmap", "_signal", "_imp",
+}  # fmt: skip
 SEALED_EVENT = "autograder.sealed_import"
 CREATE_EVENT = "autograder.create_builtin"
 
@@ -86,8 +100,33 @@ class Trust:
         self._leave()
 
 
+def library_prefixes() -> tuple[str, ...]:
+    """The folders whose files are library code: the standard library, the installed packages
+    (the interpreter's and the environment's) and the course library; fixed when the worker
+    starts, before any student code."""
+    import sysconfig
+
+    found: set[str] = set()
+    for variables in (None, {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}):
+        paths = sysconfig.get_paths(vars=variables) if variables else sysconfig.get_paths()
+        found.update(paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib"))
+    course_lib = sys.modules.get("course_lib")
+    found.update(getattr(course_lib, "__path__", None) or ())
+    out = {
+        os.path.join(variant, "")
+        for p in found
+        for variant in (os.path.abspath(p), os.path.realpath(p))
+    }
+    return tuple(sorted(out))
+
+
 def install_audit_hook(
-    cwd: str, hidden: list[str], *, block_sockets: bool, writable: tuple[str, ...] = ()
+    cwd: str,
+    hidden: list[str],
+    *,
+    block_sockets: bool,
+    writable: tuple[str, ...] = (),
+    protected: tuple[Any, ...] = (),
 ) -> Trust:
     realpath, fspath, fsdecode, getcwd = os.path.realpath, os.fspath, os.fsdecode, os.getcwd
     join, isabs, isdir = os.path.join, os.path.isabs, os.path.isdir
@@ -95,19 +134,43 @@ def install_audit_hook(
     trusted = [0]
     labels: set[str] = set()
     getframe = sys._getframe
+    import marshal
     import traceback
+    import types
+    from importlib import _bootstrap_external
 
     walk_stack_code = traceback.walk_stack.__code__
     own = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # autograder/
+    libraries = library_prefixes()
+    roots = (root, *(os.path.realpath(w) for w in writable))
+    code_type, str_type, bytes_type = types.CodeType, str, bytes
+    unmarshal = marshal.loads
+    compile_bytecode = _bootstrap_external._compile_bytecode.__code__
+    get_code = _bootstrap_external.SourceLoader.get_code.__code__
+    source_loader = _bootstrap_external.SourceFileLoader
+    get_data = _bootstrap_external.FileLoader.get_data
+    type_getattr = type.__getattribute__
+
+    def inside(path: str) -> bool:
+        return any(path == r or path.startswith(r + "/") for r in roots)
+
+    def kind(name: Any) -> str:
+        """ "grader", "library" or "student": decided by the allow-list, never by a label."""
+        if type(name) is not str_type:
+            return "student"
+        if name.startswith(own):
+            return "grader"
+        if (name.startswith(libraries) or name.startswith("<frozen ")) and not inside(name):
+            return "library"
+        return "student"
 
     def student_or_grader(frame: Any) -> bool:
-        name = frame.f_code.co_filename
-        return name in labels or name.startswith(own)
+        return kind(frame.f_code.co_filename) != "library"
 
     tampering: list[str] = []
 
-    def caller_is_student() -> bool:
-        """Whether the code that raised the audited event is the student's (hook <- C <- it)."""
+    def caller() -> Any:
+        """The frame whose code raised the audited event (hook <- C <- it)."""
         trusted[0] += 1
         try:
             frame = getframe(0)
@@ -115,8 +178,12 @@ def install_audit_hook(
             trusted[0] -= 1
         while frame is not None and frame.f_code is not hook.__code__:
             frame = frame.f_back
-        caller = frame.f_back if frame is not None else None
-        return caller is not None and caller.f_code.co_filename in labels
+        return frame.f_back if frame is not None else None
+
+    def caller_is_student() -> bool:
+        """Whether the code that raised the audited event is the student's."""
+        frame = caller()
+        return frame is not None and kind(frame.f_code.co_filename) == "student"
 
     def refuse(what: str, error: type[BaseException] = PermissionError) -> None:
         """Refuse; when the student's own code asked, it is tampering: the test fails."""
@@ -127,17 +194,76 @@ def install_audit_hook(
     def frame_request(returned: Any) -> None:
         """sys._getframe: allowed to library code asking for library frames (torch formats
         stacks), never to student code, never returning a student's or the grader's frame."""
-        trusted[0] += 1  # the hook's own sys._getframe call must not come back here
+        frame = caller()  # hook <- (C) sys._getframe <- caller
+        if frame is not None and kind(frame.f_code.co_filename) == "student":
+            refuse("sys._getframe", ValueError)
+        if frame is not None and frame.f_code is walk_stack_code:  # walk_stack(None) only
+            raise ValueError("frame introspection is not allowed while grading")
+        if frame is None or student_or_grader(frame) or student_or_grader(returned):
+            raise ValueError("frame introspection is not allowed while grading")
+
+    def genuine(source: Any, name: str) -> bool:
+        """Whether ``source`` is the allow-listed file ``name``'s own text."""
+        if type(source) not in (str_type, bytes_type):
+            return False  # an AST or a buffer: never under a library's name
+        trusted[0] += 1
         try:
-            caller = getframe(1).f_back  # hook <- (C) sys._getframe <- caller
+            with open(name, "rb") as f:
+                data = f.read()
+        except OSError:
+            return False
         finally:
             trusted[0] -= 1
-        if caller is not None and caller.f_code.co_filename in labels:
-            refuse("sys._getframe", ValueError)
-        if caller is not None and caller.f_code is walk_stack_code:  # walk_stack(None) only
-            raise ValueError("frame introspection is not allowed while grading")
-        if caller is None or student_or_grader(caller) or student_or_grader(returned):
-            raise ValueError("frame introspection is not allowed while grading")
+        if type(source) is bytes_type:
+            return source == data
+        text = data.decode("utf-8", "replace")
+        return source == text or source == text.replace("\r\n", "\n")
+
+    def library_named_code(data: Any) -> bool:
+        """Whether marshalled ``data`` holds code named after an allow-listed file."""
+        trusted[0] += 1
+        try:
+            stack, seen = [unmarshal(data)], 0
+        except Exception:
+            return False
+        finally:
+            trusted[0] -= 1
+        while stack and seen < 200_000:
+            obj, seen = stack.pop(), seen + 1
+            if type(obj) is code_type:
+                if kind(obj.co_filename) != "student":
+                    return True
+                stack.extend(obj.co_consts)
+            elif type(obj) in (tuple, list, set, frozenset):
+                stack.extend(obj)
+            elif type(obj) is dict:
+                stack.extend(obj.items())
+        return bool(stack)
+
+    def bytecode_cache(frame: Any) -> bool:
+        """Whether marshal.loads was asked by the import system for a library's cached
+        bytecode (importlib's SourceFileLoader reading a .pyc under an allow-listed folder)."""
+        if frame is None or frame.f_code is not compile_bytecode:
+            return False
+        outer = frame.f_back
+        if outer is None or outer.f_code is not get_code:
+            return False
+        names = outer.f_locals
+        loader, path = names.get("self"), names.get("bytecode_path")
+        return (
+            type(loader) is source_loader
+            and type_getattr(source_loader, "get_data") is get_data
+            and kind(path) == "library"
+        )
+
+    def unmarshal_request(data: Any) -> None:
+        frame = caller()
+        if frame is not None and kind(frame.f_code.co_filename) == "student":
+            refuse("marshal.loads")
+        if bytecode_cache(frame):
+            return
+        if library_named_code(data):
+            raise PermissionError("unmarshalling code named after a library file is not allowed")
 
     def resolve(path: Any) -> str | None:
         if isinstance(path, int):
@@ -147,11 +273,6 @@ def install_audit_hook(
         except TypeError:
             return None
         return realpath(text if isabs(text) else join(getcwd(), text))  # the current folder
-
-    roots = (root, *(os.path.realpath(w) for w in writable))
-
-    def inside(path: str) -> bool:
-        return any(path == r or path.startswith(r + "/") for r in roots)
 
     def is_hidden(path: str) -> bool:
         if any(path == h or path.startswith(h + "/") for h in hidden):
@@ -207,6 +328,16 @@ def install_audit_hook(
                 tampering.append(f"importing {args[0]}")
         elif event == "sys._getframe":
             frame_request(args[0] if args else None)
+        elif event == "compile":
+            name = args[1] if len(args) > 1 else None
+            name = fsdecode(name) if type(name) in (str_type, bytes_type) else None
+            if name is not None and kind(name) != "student" and not genuine(args[0], name):
+                refuse(f"compiling code under the file name {name[:200]!r}")
+        elif event == "marshal.loads":
+            unmarshal_request(args[0] if args else None)
+        elif event == "marshal.load":
+            if caller_is_student():
+                refuse("marshal.load")
         elif event in _INTROSPECTION:
             if event.startswith("sys._getframe"):  # what library code expects when none exists
                 refuse(event, ValueError)
@@ -217,6 +348,8 @@ def install_audit_hook(
                 refuse(f"{event} {name!r}")
             if name in _FRAME_ATTRIBUTES and caller_is_student():  # library code (traceback
                 refuse(f"{event} {name!r}")  # printing) may; what hands frames out is refused
+            if event != "object.__getattr__" and any(args[0] is p for p in protected):
+                refuse(f"changing {getattr(args[0], '__name__', 'the detector')}.{name}")
         elif block_sockets and event.startswith("socket."):
             raise PermissionError(errno.EPERM, "network access is not allowed while grading")
 
@@ -231,8 +364,21 @@ def install_audit_hook(
     def leave() -> None:
         trusted[0] -= 1
 
+    fix_co_filename = _imp._fix_co_filename
+
+    def rename(code: Any, path: Any) -> None:
+        """``_imp._fix_co_filename`` (importlib renames the code it loads): never renames
+        student code to an allow-listed file."""
+        if type(code) is not code_type:
+            raise TypeError("expected a code object")
+        if kind(fsdecode(path) if type(path) in (str_type, bytes_type) else path) != "student":
+            if kind(code.co_filename) == "student":
+                refuse("renaming code after a library file")
+        return fix_co_filename(code, path)
+
     sys.addaudithook(hook)
     _imp.create_builtin = _create_builtin
+    _imp._fix_co_filename = rename
     return Trust(enter, leave, labels, take)
 
 
@@ -289,6 +435,51 @@ def refuse_builtins() -> None:
 
     for module, name in ((traceback, "walk_tb"), (inspect, "trace"), (inspect, "getinnerframes")):
         setattr(module, name, _refuse(f"{module.__name__}.{name}"))  # they hand out frames
+
+
+class _Refused:
+    """Stands in for an object whose every use is refused (TorchScript's compilation unit)."""
+
+    def __init__(self, what: str):
+        object.__setattr__(self, "_what", what)
+
+    def __getattr__(self, name: str) -> Any:
+        raise PermissionError(f"{self._what} is not allowed while grading")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise PermissionError(f"{self._what} is not allowed while grading")
+
+
+def refuse_compilers() -> None:
+    """Code the forbidden-call detector cannot watch is refused: TorchScript (its interpreter
+    runs no Python frame and no torch function mode) and custom operators (their kernels run
+    below the detector's dispatch mode). ``torch.jit.script``, ``trace`` and ``trace_module``
+    hand back the eager function or module unchanged, so code that scripts for speed still
+    runs, watched; loading, defining and registering are refused."""
+    import torch
+
+    from autograder.sandbox.detector import COMPILERS
+
+    for name in COMPILERS:
+        if hasattr(torch._C, name):
+            setattr(torch._C, name, _refuse(f"torch._C.{name} (TorchScript or custom operators)"))
+    torch._C.CompilationUnit = _refuse("TorchScript compilation")
+
+    def script(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        return obj
+
+    def trace(func: Any, *args: Any, **kwargs: Any) -> Any:
+        return func
+
+    jit = torch.jit
+    jit.script = jit._script.script = script
+    jit.trace = jit._trace.trace = jit.trace_module = jit._trace.trace_module = trace
+    jit.load = jit._serialization.load = _refuse("torch.jit.load")
+    jit.CompilationUnit = _refuse("TorchScript compilation")
+    jit._recursive.create_script_module = _refuse("TorchScript compilation")
+    refused = _Refused("TorchScript compilation")
+    for module in (jit._state, jit._trace, jit._recursive):
+        module._python_cu = refused
 
 
 class _Sealed:

@@ -6,25 +6,40 @@ handle table and cross as markers. Every call runs under the test's forbidden-ca
 (:mod:`autograder.sandbox.detector`) with ``print`` output captured (bounded), and any exception,
 including
 ``SystemExit``, becomes an error reply carrying only the student's own traceback frames.
+
+Tracebacks are rendered by walking the traceback's C attributes and reading lines from the
+worker's own copy of the student's source: no ``linecache`` (whose lazy loaders student code can
+register), no ``traceback`` module, nothing student code can replace runs while the worker is
+trusted. This module keeps a private copy of the builtins for the same reason.
 """
 
 from __future__ import annotations
 
-import ast
-import contextlib
-import io
-import linecache
-import os
-import random
-import socket
-import sys
-import traceback
-import types
-from typing import Any
+import builtins as _builtins_module
 
-from autograder.sandbox.detector import Detector
-from autograder.wire import protocol
-from autograder.wire.forbid import resolve
+__builtins__ = dict(_builtins_module.__dict__)  # private: student code may replace builtins.*
+
+import ast  # noqa: E402
+import contextlib  # noqa: E402
+import io  # noqa: E402
+import linecache  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import socket  # noqa: E402
+import sys  # noqa: E402
+import types  # noqa: E402
+from typing import Any  # noqa: E402
+
+from autograder.sandbox.detector import Detector, resolve  # noqa: E402
+from autograder.wire import protocol  # noqa: E402
+
+_TRACEBACK = BaseException.__dict__["__traceback__"]  # the C slot, not a property of a subclass
+_TYPE_NAME = type.__dict__["__name__"]
+
+
+class _Missing(NameError):
+    """The test asked for a name the notebook does not define (not a NameError raised inside
+    the student's code)."""
 
 
 class _Capture(io.TextIOBase):
@@ -50,6 +65,20 @@ class _Capture(io.TextIOBase):
         return out + (f"\n[... {self.dropped} more characters]" if self.dropped else "")
 
 
+class _Watching:
+    def __init__(self, trust: Any, detector: Detector):
+        self.trust, self.detector = trust, detector
+
+    def __enter__(self) -> Detector:
+        with self.trust:
+            self.detector.__enter__()
+        return self.detector
+
+    def __exit__(self, *exc: Any) -> None:
+        with self.trust:
+            self.detector.__exit__(None, None, None)
+
+
 class Server:
     """Serves the trusted process's requests inside the worker."""
 
@@ -57,12 +86,13 @@ class Server:
         self.sock, self.cwd = sock, cwd
         self.trust = trust if trust is not None else contextlib.nullcontext()
         self.module = types.ModuleType("__main__")
-        self.module.__dict__["__builtins__"] = __builtins__
+        self.module.__dict__["__builtins__"] = _builtins_module
         sys.modules["__main__"] = self.module
         self.handles: dict[int, Any] = {}
         self.labels: set[str] = set()
         self.detectors: dict[tuple, Detector] = {}
         self.seed: int | None = None
+        self.sources: dict[str, list[str]] = {}  # label -> lines, the worker's own copy
 
     def serve(self) -> None:
         while True:
@@ -112,7 +142,8 @@ class Server:
                 f.write(f"# ---- {label} ----\n{source}\n")
         for label, source, keep in msg["chunks"]:
             lines = source.splitlines(keepends=True)
-            linecache.cache[label] = (len(source), None, lines, label)
+            self.sources[label] = list(lines)
+            linecache.cache[label] = (len(source), None, lines, label)  # the student's own use
             self.labels.add(label)
             getattr(self.trust, "labels", set()).add(label)
             tree = ast.parse(source, filename=label)
@@ -139,7 +170,7 @@ class Server:
                 raise LookupError(f"no object with handle {target}")
             return self.handles[target]
         if target not in self.module.__dict__:
-            raise NameError(f"name {target!r} is not defined")
+            raise _Missing(f"name {target!r} is not defined")
         return self.module.__dict__[target]
 
     def _keep(self, obj: Any) -> dict:
@@ -166,17 +197,12 @@ class Server:
         detector.violations = []
         return detector
 
-    @contextlib.contextmanager
-    def _watching(self, detector: Detector) -> Any:
+    def _watching(self, detector: Detector) -> _Watching:
         """The detector on around student code; entering and leaving it are the worker's own
-        acts (the audit hook refuses profile hooks and mode-stack access to student code)."""
-        with self.trust:
-            detector.__enter__()
-        try:
-            yield detector
-        finally:
-            with self.trust:
-                detector.__exit__(None, None, None)
+        acts (the audit hook refuses profile hooks and mode-stack access to student code). A
+        class of this module, not ``contextlib``: nothing a student can replace (``next``)
+        decides whether the detector is on."""
+        return _Watching(self.trust, detector)
 
     def _callable(self, msg: dict) -> Any:
         obj = self._target(msg["target"])
@@ -282,20 +308,29 @@ class Server:
     def _describe(self, error: BaseException) -> dict:
         try:
             message = str(error)
+            message = message if type(message) is str else "<not text>"
         except BaseException:  # noqa: B036
             message = "<the exception's message could not be formatted>"
-        with self.trust:  # reads tb_frame, refused to student code
-            frames = traceback.extract_tb(error.__traceback__)
-        frames = [f for f in frames if f.filename in self.labels]
+        kind = _TYPE_NAME.__get__(type(error))
+        tb = _TRACEBACK.__get__(error)
+        frames = []
+        with self.trust:  # reads tb_frame, refused to student code; runs no student code
+            while tb is not None and len(frames) < 1000:
+                code = tb.tb_frame.f_code
+                frames.append((code.co_filename, tb.tb_lineno, code.co_name))
+                tb = tb.tb_next
         lines = []
-        for f in frames[-6:]:
-            lines.append(f"  {f.filename}, line {f.lineno}, in {f.name}")
-            if f.line:
-                lines.append(f"    {f.line.strip()}")
-        kind = type(error).__name__
+        for filename, lineno, name in [f for f in frames if f[0] in self.sources][-6:]:
+            lines.append(f"  {filename}, line {lineno}, in {name}")
+            source = self.sources[filename]
+            if isinstance(lineno, int) and 0 < lineno <= len(source) and source[lineno - 1].strip():
+                lines.append(f"    {source[lineno - 1].strip()}")
         if isinstance(error, SystemExit):
             message = f"your code called sys.exit({error.code!r})"
-        return {"type": kind, "message": message[:2000], "traceback": "\n".join(lines)}
+        out = {"type": kind, "message": message[:2000], "traceback": "\n".join(lines)}
+        if type(error) is _Missing:
+            out["missing"] = True
+        return out
 
 
 def _err(message: str) -> dict:

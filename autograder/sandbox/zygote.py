@@ -219,6 +219,10 @@ def _zygote_main(sock: socket.socket, config: dict) -> None:
         config["hide"] = [*config.get("hide", []), *_seal_library()]
     import torch
 
+    from autograder.sandbox import detector
+
+    detector.freeze()  # what is forbidden is decided now, before any student byte runs
+
     _enter_root(config, report)
     reaping.become_subreaper()
     os.environ.clear()
@@ -370,13 +374,17 @@ def _worker_main(sock: socket.socket, config: dict, report: dict, uid: int | Non
     import torch
 
     torch.set_num_threads(1)
+    from autograder.sandbox import detector
     from autograder.sandbox.worker import Server
 
+    detector.freeze()  # done in the zygote already; a no-op here
     audit.refuse_builtins()
+    audit.refuse_compilers()
     audit.seal_imports()
     hidden = [os.path.realpath(p) for p in config.get("hide", [])]
     private = namespaces.PRIVATE if report["mount_ns"] else ()  # tmpfs of its own: writable
     trust = audit.install_audit_hook(
-        cwd, hidden, block_sockets=not report["net_ns"], writable=private
-    )
+        cwd, hidden, block_sockets=not report["net_ns"], writable=private,
+        protected=detector.PROTECTED,
+    )  # fmt: skip
     Server(sock, cwd, trust).serve()

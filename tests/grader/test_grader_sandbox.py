@@ -203,6 +203,12 @@ def persist(path, text):
 def environ_block():
     return open("/proc/self/environ", "rb").read()
 
+def compile_as_library():
+    exec(compile("x = 1", os.__file__, "exec"))  # a library's file name for the student's code
+
+def uses_undefined(x):
+    return plt.plot(x)  # the set-up cell's plt, missing: a NameError inside the student's code
+
 def capabilities():
     with open("/proc/self/status") as f:
         return {k: v.strip() for k, v in (l.split(":", 1) for l in f) if k.startswith("Cap")}
@@ -385,6 +391,21 @@ def test_missing_names_are_reported_clearly(student):
         st.nope()
     assert st.has("attention") and not st.has("nope")
     assert st.get("EPS") == 1e-6 and isinstance(st.get("attention"), proxy.Remote)
+
+
+def test_a_name_error_inside_student_code_is_that_error_with_its_line(student):
+    st, _, _ = student
+    with pytest.raises(proxy.StudentError, match="NameError: name 'plt' is not defined") as info:
+        st.uses_undefined(1)
+    assert not isinstance(info.value, proxy.MissingDefinition)
+    assert "return plt.plot(x)" in str(info.value) and "line" in str(info.value)
+
+
+def test_student_code_is_decided_by_path_not_by_the_name_it_was_compiled_under(student):
+    st, state, _ = student
+    with pytest.raises(proxy.Tampering, match="compiling code under the file name"):
+        st.compile_as_library()
+    assert state.fatal
 
 
 def test_library_objects_can_be_built_in_the_worker_and_passed_to_student_code(student):
