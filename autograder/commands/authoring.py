@@ -66,7 +66,8 @@ def written(args: argparse.Namespace, course: Course) -> int:
     arg("--submissions", help="the same layouts as grade (default: grading/submitted)"),
     arg("--out", help="output folder (default autograder_out/<assignment>)"),
     arg("--past", nargs="+", action="extend", help="folders of earlier submissions"),
-    arg("--threshold", type=float, default=0.6, help="flag pairs >= this (0.6)"),
+    arg("--background", nargs="+", action="extend", help="folders of independent rewrites"),
+    arg("--threshold", type=float, default=0.5, help="flag pairs >= this (0.5)"),
 )
 def similarity(args: argparse.Namespace, course: Course) -> int:
     from autograder.tools.similarity import main as similarity

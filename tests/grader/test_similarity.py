@@ -149,6 +149,25 @@ def test_groups_of_copies_count_once(classes):
     assert score(again, "c_ref2") > score(single, "c_ref2")
 
 
+def test_a_class_of_three_with_and_without_background(classes, tmp_path):
+    """The issue's held-out case: an independent solution, a disguised copy of the reference and
+    one of the independent solution. The two copies lead; the independent student is not flagged
+    against the reference; the instructor's rewrites (``background``) name A3's natural forms."""
+    klass, builder = classes[A3][0], classes[A3][1]
+    source = klass.students["c_peer1"].how.split(":")[0].removeprefix("copy of ")
+    subs_dir = klass.write(tmp_path / "subs", [source, "c_ref1", "c_peer1"])
+    rewrites = [n for n in sorted(klass.students) if n.startswith("s") and n != source][:20]
+    background = klass.write(tmp_path / "background", rewrites)
+    subs = discover(subs_dir, A3, list(builder.release_nbs))
+    for folders in ([], [background]):
+        result = S.analyse(builder, subs, background=folders)
+        top = {(m.a, m.b) for m in result.matches[:2]}
+        assert top == {("c_peer1", source), ("c_ref1", W.REFERENCE)}, result.matches[:3]
+        assert {(m.a, m.b) for m in result.flagged} == top
+    natural = {k.split("::")[1] for k, cw in result.weights.items() if cw.natural}
+    assert {"encoder_block", "decoder_block"} <= natural
+
+
 # ---------------------------------------------------------------------------------------------
 # The normaliser
 # ---------------------------------------------------------------------------------------------
@@ -283,8 +302,10 @@ def test_cli_report_rows_escaping_and_past(classes, tmp_path, capsys):
     (subs / "empty.ipynb").write_text("")
     (subs / "broken.ipynb").write_text('{"cells": [')
     (subs / "<b>odd").mkdir()
+    rewrites = [n for n in sorted(klass.students) if n.startswith("s")][20:26]  # not in subs
+    background = klass.write(tmp_path / "rewrites", rewrites)
     argv = ["similarity", A2, "--submissions", str(subs), "--out", str(out)]
-    assert main([*argv, "--past", str(past), "--threshold", str(S.THRESHOLD)]) == 0
+    assert main([*argv, "--past", str(past), "--background", str(background)]) == 0
     md = (out / "similarity.md").read_text()
     page = (out / "similarity.html").read_text()
     data = json.loads((out / "similarity.json").read_text())
