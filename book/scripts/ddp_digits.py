@@ -1,4 +1,4 @@
-"""Data-parallel training of a small classifier on the digits, for chapter 6 of the book.
+"""Data-parallel training of a small classifier on the digits, for the book's appendix A.
 
 Run it as one process, or as several under torchrun (CPU processes talk over the gloo backend,
 GPUs over NCCL):
