@@ -363,3 +363,42 @@ def test_setup_sh_takes_torch_from_the_cpu_index_only_and_fails_loudly(tmp_path)
     assert "refusing to fall back on PyPI's CUDA build" in bad.stderr
     python = tmp_path / "bad" / "venv" / "bin" / "python"
     assert subprocess.run([str(python), "-c", "import torch"]).returncode != 0  # no CUDA torch
+
+
+# ---------------------------------------------------------------------------------------------
+# Notes an honest student must not get
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_constant_built_from_a_dropped_statement_is_dropped_too():
+    """A5's training cell: ``images`` comes from a call the grader does not run, so the
+    subscripts after it must not run either (they gave full-marks work a NameError note)."""
+    from autograder.course.notebook import CodeChunk, extract
+
+    cell = (
+        "images, labels = load_digits_tensors()\n"
+        "train_images, train_labels = images[:10], labels[:10]\n"
+        "SCALE = 2.0\n"
+        "y = SCALE * 3\n"
+    )
+    extracted, notes = extract(CodeChunk("train_run", cell, "release"))
+    assert extracted.keep == [2, 3], extracted.keep
+    assert "line 2: train_images" in notes[0], notes
+
+
+def test_matplotlib_imports_under_the_workers_refusals():
+    """The worker's Python-level refusals leave ``import matplotlib`` working: its font cache
+    registers an at-fork callback, which the worker accepts and drops (nothing forks there)."""
+    code = (
+        "import os\n"
+        "from autograder.sandbox.audit import refuse_builtins\n"
+        "refuse_builtins()\n"
+        "import matplotlib.font_manager\n"
+        "try:\n"
+        "    os.fork()\n"
+        "except PermissionError:\n"
+        "    print('fork refused')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=_env(MPLBACKEND="Agg"))  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == "fork refused", out.stdout + out.stderr
