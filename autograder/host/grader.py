@@ -14,6 +14,7 @@ The records (:class:`Row`, :class:`TestResult`, :class:`CellScore`) are dataclas
 
 from __future__ import annotations
 
+import copy
 import json
 import stat
 import sys
@@ -38,7 +39,7 @@ from autograder.course.notebook import (
     review,
     sha256_file,
 )
-from autograder.host.intake import Submission
+from autograder.host.intake import Submission, safe_name
 from autograder.host.options import Options
 from autograder.host.pool import RunnerPool, Runners
 from autograder.host.scan import scan
@@ -262,25 +263,35 @@ class Grader:
         self,
         submissions: list[Submission],
         on_row: Callable[[dict], None] | None = None,
+        *,
+        names: list[str] | None = None,
     ) -> list[dict]:
         """One row (a dict, see :class:`Row`) per submission, in order. ``on_row`` receives
-        each row as soon as it is graded (calls are serialised)."""
-        rows: list[dict | None] = [None] * len(submissions)
+        each row as soon as it is graded (calls are serialised).
+
+        With ``names`` (the tools': ``mutants``, ``fairness``), each submission is graded as if
+        each of these students had submitted it: one row per submission and name, submission
+        by submission. The submission is read, extracted and scanned once and its suite
+        collected once; each name's tests run in a process forked from that state, with a worker
+        of its own, so each row is what grading under that name alone gives."""
+        per = 1 if names is None else len(names)
+        rows: list[dict | None] = [None] * (len(submissions) * per)
         bar = None
-        if self.options.progress and len(submissions) > 1:
+        if self.options.progress and len(rows) > 1:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=len(submissions), desc=f"grading {self.assignment}", unit="sub")
+            bar = tqdm(total=len(rows), desc=f"grading {self.assignment}", unit="sub")
         lock = threading.Lock()
 
         def work(index: int) -> None:
-            row = self._grade_safely(submissions[index], index)
-            rows[index] = row
+            graded = self._grade_safely(submissions[index], index, names)
+            rows[index * per : (index + 1) * per] = graded
             with lock:
-                if on_row is not None:
-                    on_row(row)
-                if bar is not None:
-                    bar.update(1)
+                for row in graded:
+                    if on_row is not None:
+                        on_row(row)
+                    if bar is not None:
+                        bar.update(1)
 
         with ThreadPoolExecutor(max_workers=max(1, self.options.jobs)) as pool:
             list(pool.map(work, range(len(submissions))))
@@ -288,29 +299,32 @@ class Grader:
             bar.close()
         return [r for r in rows if r is not None]
 
-    def _grade_safely(self, sub: Submission, index: int) -> dict:
-        """``_grade_one``, or a row that says what went wrong in the grader."""
+    def _grade_safely(self, sub: Submission, index: int, names: list[str] | None) -> list[dict]:
+        """``_grade_one``, or rows that say what went wrong in the grader."""
         start = time.monotonic()
         try:
-            return _clean(self._grade_one(sub, index).to_dict())
-        except Exception as error:  # a grader bug must cost one row, not the batch
+            return [_clean(row.to_dict()) for row in self._grade_one(sub, index, names)]
+        except Exception as error:  # a grader bug must cost one submission, not the batch
             detail = "".join(traceback.format_exception_only(type(error), error)).strip()
             sys.stderr.write(
                 f"grader fault on {sub.student!r}:\n{traceback.format_exc()}"[-4000:] + "\n"
             )
-            row = Row(
-                student=sub.student,
-                id=sub.id,
-                status="error",
-                fault="grader",
-                submitted=sub.submitted,
-                reason=f"grader fault while grading this submission: {detail[:300]}",
-            )
-            row.tests, row.cells = self._zero_tests(row.reason), {}
-            row.cells = self._cells(row.tests)
-            row.max_score = round(sum(c.max_score for c in row.cells.values()), 6)
-            row.seconds = round(time.monotonic() - start, 3)
-            return _clean(row.to_dict())
+            rows = []
+            for student, id_ in _identities(sub, names):
+                row = Row(
+                    student=student,
+                    id=id_,
+                    status="error",
+                    fault="grader",
+                    submitted=sub.submitted,
+                    reason=f"grader fault while grading this submission: {detail[:300]}",
+                )
+                row.tests = self._zero_tests(row.reason)
+                row.cells = self._cells(row.tests)
+                row.max_score = round(sum(c.max_score for c in row.cells.values()), 6)
+                row.seconds = round(time.monotonic() - start, 3)
+                rows.append(_clean(row.to_dict()))
+            return rows
 
     def _zero_tests(self, why: str) -> dict[str, TestResult]:
         return {
@@ -319,35 +333,50 @@ class Grader:
             for e in self.tests
         }  # fmt: skip
 
-    def _grade_one(self, sub: Submission, index: int) -> Row:
+    def _grade_one(self, sub: Submission, index: int, names: list[str] | None) -> list[Row]:
         start = time.monotonic()
-        task, row = prepare(sub, self.release)
-        results: dict[str, TestResult] = {}
-        run_reason = row.reason if row.status == "error" else None
-        if row.status != "error":
-            default = next(iter(self.release))
-            task.update(
-                assignment=self.assignment,
-                salt=self.options.salt,
-                timeout=self.options.timeout,
-                load_timeout=self.options.load_timeout,
-                default_notebook=default,
-            )
-            stem = f"{self.assignment}-sub{index}"
-            task_path = self.run_dir / f"{stem}.task.json"
-            task_path.write_text(json.dumps(task), encoding="utf-8")
-            results_path = self.run_dir / f"{stem}.results.jsonl"
-            session_path = self.run_dir / f"{stem}.session.json"
-            reply = self.pool.call(
-                {
-                    "op": "grade",
-                    "task": str(task_path),
-                    "suite": str(self.suite),
-                    "results_path": str(results_path),
-                    "session_path": str(session_path),
-                    "wall": self.options.wall,
-                }
-            )
+        task, prepared = prepare(sub, self.release)
+        rows = []
+        for student, id_ in _identities(sub, names):
+            row = copy.deepcopy(prepared)
+            row.student, row.id = student, id_
+            rows.append(row)
+        if prepared.status == "error":
+            for row in rows:
+                self._finish(row, {}, row.reason, start)
+            return rows
+        default = next(iter(self.release))
+        task.update(
+            assignment=self.assignment,
+            salt=self.options.salt,
+            timeout=self.options.timeout,
+            load_timeout=self.options.load_timeout,
+            default_notebook=default,
+        )
+        stem = f"{self.assignment}-sub{index}"
+        task_path = self.run_dir / f"{stem}.task.json"
+        task_path.write_text(json.dumps(task), encoding="utf-8")
+        runs = [
+            {
+                "student": row.student,
+                "results_path": str(self.run_dir / f"{stem}-{i}.results.jsonl"),
+                "session_path": str(self.run_dir / f"{stem}-{i}.session.json"),
+                "reply_path": str(self.run_dir / f"{stem}-{i}.reply.json"),
+            }
+            for i, row in enumerate(rows)
+        ]
+        reply = self.pool.call(
+            {
+                "op": "grade",
+                "task": str(task_path),
+                "suite": str(self.suite),
+                "runs": runs,
+                "wall": self.options.wall,
+            }
+        )
+        for row, run in zip(rows, runs):
+            results: dict[str, TestResult] = {}
+            results_path, session_path = Path(run["results_path"]), Path(run["session_path"])
             if results_path.exists():
                 for line in results_path.read_text(errors="replace").splitlines():
                     try:
@@ -364,16 +393,32 @@ class Grader:
                     for note in info.get("load_notes", []):
                         row.notes.append(f"while loading your code: {note}")
                     row.workers[name] = info.get("workers_started", 0)
+            run_reply = _read_reply(Path(run["reply_path"])) or reply
+            run_reason = None
             out_of_time = any("total time limit" in r.message for r in results.values())
-            if reply.get("timed_out") or out_of_time:
+            if run_reply.get("timed_out") or out_of_time:
                 run_reason = (
                     f"the submission exceeded its {self.options.wall:.0f} s time limit; the "
                     "tests not finished by then scored 0"
                 )
                 row.fault = row.fault or "student"
-            elif reply.get("error") or reply.get("exit"):
-                run_reason = f"grading stopped unexpectedly ({reply.get('error') or reply})"
+            elif run_reply.get("error") or run_reply.get("exit"):
+                shown = {k: v for k, v in run_reply.items() if k != "seconds"}
+                run_reason = f"grading stopped unexpectedly ({run_reply.get('error') or shown})"
                 row.fault = "grader"
+            seconds = run_reply.get("seconds") if len(rows) > 1 else None
+            self._finish(row, results, run_reason, start, seconds)
+        return rows
+
+    def _finish(
+        self,
+        row: Row,
+        results: dict[str, TestResult],
+        run_reason: str | None,
+        start: float,
+        seconds: float | None = None,
+    ) -> None:
+        """The row's tests (a test without a result scores 0, with the reason), cells, score."""
         for entry in self.tests:
             result = results.get(entry["nodeid"])
             if result is None:
@@ -390,9 +435,9 @@ class Grader:
         row.score = round(sum(c.score for c in row.cells.values()), 6)
         row.max_score = round(sum(c.max_score for c in row.cells.values()), 6)
         row.percent = round(100 * row.score / row.max_score, 2) if row.max_score else 0
-        row.seconds = round(time.monotonic() - start, 3)
+        elapsed = seconds if isinstance(seconds, (int, float)) else time.monotonic() - start
+        row.seconds = round(elapsed, 3)
         row.notes = [clean_text(n) for n in row.notes]
-        return row
 
     def _cells(self, tests: dict[str, TestResult]) -> dict[str, CellScore]:
         cells: dict[str, CellScore] = {}
@@ -411,6 +456,22 @@ class Grader:
                 cell.score = min(cell.score, declared.points)
                 cell.max_score = declared.points
         return cells
+
+
+def _identities(sub: Submission, names: list[str] | None) -> list[tuple[str, str]]:
+    """(student, output folder name) of each row a submission gets."""
+    if names is None:
+        return [(sub.student, sub.id)]
+    return [(name, safe_name(name)) for name in names]
+
+
+def _read_reply(path: Path) -> dict:
+    """A run's reply, written by its runner child (missing if that child never got to it)."""
+    try:
+        reply = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return reply if isinstance(reply, dict) else {}
 
 
 def _clean(value: Any) -> Any:

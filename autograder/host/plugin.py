@@ -125,7 +125,38 @@ def pytest_collection_modifyitems(
         items[:] = []
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> bool | None:
+    """Several runs (student names) of one submission: the suite is collected once, here; each
+    run gets a process forked from this state (see ``Runner.each_run``) and a worker of its own."""
+    runs = CONTEXT.get("runs") or []
+    if CONTEXT.get("mode") != "grade" or len(runs) < 2:
+        return None  # pytest's own loop, in this process
+    if session.testsfailed and not session.config.option.continue_on_collection_errors:
+        raise session.Interrupted(f"{session.testsfailed} errors during collection")
+    CONTEXT["each_run"](runs, lambda run: _run(session, run))
+    return True
+
+
+def _run(session: pytest.Session, run: dict) -> None:
+    """One run, in its own process: the tests in order, then the workers' notes."""
+    CONTEXT.update(run)
+    for i, item in enumerate(session.items):
+        following = session.items[i + 1] if i + 1 < len(session.items) else None
+        item.config.hook.pytest_runtest_protocol(item=item, nextitem=following)
+        if session.shouldfail or session.shouldstop:
+            break
+    _close_sessions()
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    _close_sessions()
+    if CONTEXT.get("mode") == "collect" and not Path(CONTEXT["manifest_path"]).exists():
+        Path(CONTEXT["manifest_path"]).write_text(json.dumps({"tests": [], "errors": _ERRORS}))
+
+
+def _close_sessions() -> None:
+    """Close the workers and write what the grader reports about them (``session_path``)."""
     info = {}
     for name, worker in _SESSIONS.items():
         worker.close()
@@ -136,8 +167,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         }
     if CONTEXT.get("session_path"):
         Path(CONTEXT["session_path"]).write_text(json.dumps(info))
-    if CONTEXT.get("mode") == "collect" and not Path(CONTEXT["manifest_path"]).exists():
-        Path(CONTEXT["manifest_path"]).write_text(json.dumps({"tests": [], "errors": _ERRORS}))
 
 
 def _scan_of(notebook: dict) -> ScanResult:

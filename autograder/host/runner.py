@@ -4,11 +4,15 @@ It imports torch, pytest and the course library once, forks its zygote (before a
 imported), then serves commands read as JSON lines on stdin, answering on its original stdout:
 
 - ``collect``: list the hidden suite's tests and markers (the *manifest*);
-- ``grade``: run the suite against one prepared submission.
+- ``grade``: run the suite against one prepared submission, once per *run* (a student name:
+  the tools grade one submission under several names, each drawing its own seeded inputs).
 
 Each command runs in a *runner child* forked from this warm process, so a submission costs a fork,
 not an interpreter start, and nothing a test leaves behind leaks into the next submission. A child
 that exceeds the submission's wall limit is killed; the tests it had finished keep their results.
+With several runs, the runner child collects the suite once and forks a *run child* per run from
+that state; each run child starts its own worker, so every run gives exactly what grading under
+that name alone gives (a worker that served one name holds whatever the student's code left in it).
 A runner child runs under an address-space limit (``trusted_memory``, above what the runner already
 maps): a test that hits it fails with that reason, the others are unaffected.
 
@@ -20,6 +24,7 @@ scratch folder is removed when it stops.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import hashlib
 import json
@@ -40,6 +45,7 @@ from autograder.wire import protocol
 
 GRACE = 15.0
 TRUSTED_MEMORY = 6 * 1024**3  # address space a runner child may add to the runner's
+PR_SET_PDEATHSIG = 1
 
 
 class SuiteCopies:
@@ -124,6 +130,31 @@ def _limit_memory(extra: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
+def supervise(pid: int, limit: float) -> tuple[int, bool]:
+    """Wait for the child ``pid``, killing it after ``limit`` seconds: (wait status, timed out)."""
+    deadline = time.monotonic() + limit
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status, False
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            return os.waitpid(pid, 0)[1], True
+        time.sleep(0.01)
+
+
+def exit_code(status: int) -> int:
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
+
+
+def _die_with_parent() -> None:
+    """A run child dies with its runner child (killed for exceeding the command's limit)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 class Runner:
     def __init__(self, init: dict):
         self.init = init
@@ -205,7 +236,9 @@ class Runner:
             "python_files=test_*.py",
         ]
 
-    def run_child(self, context: dict, wall: float) -> dict:
+    def run_child(self, context: dict, wall: float, limit: float | None = None) -> dict:
+        """Run pytest in a runner child; ``wall`` is the submission's limit (its deadline), the
+        child is killed ``GRACE`` seconds after ``limit`` (default ``wall``)."""
         pid = os.fork()
         if pid == 0:
             code = 0
@@ -218,6 +251,7 @@ class Runner:
                 plugin.CONTEXT.update(context)
                 plugin.CONTEXT["zygote"] = self.zygote
                 plugin.CONTEXT["deadline"] = time.monotonic() + wall
+                plugin.CONTEXT["each_run"] = lambda runs, body: self.each_run(runs, body, wall)
                 limits = self.init["sandbox"].get("limits", {})
                 _limit_memory(int(limits.get("trusted_memory", TRUSTED_MEMORY)))
                 pytest.main(self.pytest_args(context["suite"]), plugins=[plugin])
@@ -227,24 +261,53 @@ class Runner:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
-        deadline = time.monotonic() + wall + GRACE
-        status, timed_out = None, False
-        while status is None:
-            done, raw = os.waitpid(pid, os.WNOHANG)
-            if done:
-                status = raw
-            elif time.monotonic() > deadline:
-                os.kill(pid, 9)
-                _, status = os.waitpid(pid, 0)
-                timed_out = True
-            else:
-                time.sleep(0.01)
-        if timed_out or not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+        status, timed_out = supervise(pid, (wall if limit is None else limit) + GRACE)
+        if timed_out or exit_code(status) != 0:
             self.reset_zygote()
         else:
             self.zygote.kill(None)  # leftovers, if any
-        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else -os.WTERMSIG(status)
-        return {"exit": code, "timed_out": timed_out}
+        return {"exit": exit_code(status), "timed_out": timed_out}
+
+    def each_run(self, runs: list[dict], body: Any, wall: float) -> None:
+        """In a runner child whose suite is collected: ``body(run)`` in a run child forked for
+        each run, under the submission's wall limit; each run's reply goes to its
+        ``reply_path``. After a run child that was killed or failed, the zygote's channel is
+        resynchronised; if it cannot be, the remaining runs are not graded (the runner then
+        resets the zygote)."""
+        from autograder.host import plugin
+
+        for i, run in enumerate(runs):
+            start = time.monotonic()
+            pid = os.fork()
+            if pid == 0:
+                code = 0
+                try:
+                    _die_with_parent()
+                    plugin.CONTEXT["deadline"] = time.monotonic() + wall
+                    body(run)
+                except BaseException:
+                    traceback.print_exc()
+                    code = 70
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+            status, timed_out = supervise(pid, wall + GRACE)
+            reply = {"exit": exit_code(status), "timed_out": timed_out}
+            reply["seconds"] = round(time.monotonic() - start, 3)
+            try:
+                if timed_out or exit_code(status) != 0:
+                    self.zygote.sock.settimeout(5)
+                    self.zygote.kill(None)
+                    self.zygote.ping(uuid.uuid4().hex)
+                    self.zygote.sock.settimeout(None)
+                else:
+                    self.zygote.kill(None)  # leftovers, if any
+            except Exception as error:
+                for rest in runs[i + 1 :]:
+                    _write_json(rest["reply_path"], {"error": "the sandbox stopped responding"})
+                raise RuntimeError("the zygote's channel could not be resynchronised") from error
+            finally:
+                _write_json(run["reply_path"], reply)
 
     def handle(self, cmd: dict) -> dict:
         op = cmd["op"]
@@ -258,8 +321,17 @@ class Runner:
             context = {"mode": "grade", **task, **cmd}
             if context.get("suite"):
                 context["suite"] = self.suites.get(context["suite"])
-            return self.run_child(context, cmd["wall"])
+            runs = cmd["runs"]
+            if len(runs) == 1:  # graded in the runner child itself
+                context.update(runs[0])
+            limit = cmd["wall"] if len(runs) == 1 else len(runs) * (cmd["wall"] + GRACE)
+            return self.run_child(context, cmd["wall"], limit)
         return {"error": f"unknown command {op!r}"}
+
+
+def _write_json(path: str, data: dict) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f)
 
 
 def _preimport() -> None:

@@ -22,6 +22,7 @@ Grading starts sandboxed worker processes: the slow tests run in one xdist group
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import re
@@ -39,6 +40,7 @@ from autograder.tools.authoring import (
     apply_patch,
     kind_of,
     load_samples,
+    notebook_text,
     submission,
     to_notebook,
     to_text,
@@ -480,6 +482,48 @@ def test_mutants_are_killed_under_every_name_and_named(name, tmp_path):
         ]
     assert not problems, f"{name}: named rate {named:.0%}\n" + "\n".join(problems)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+
+
+@pytest.mark.slow
+def test_grading_under_several_names_gives_each_name_its_own_row(tmp_path):
+    """What ``mutants`` and ``fairness`` do, ``Grader.grade(subs, names=...)`` (each submission
+    read and its suite collected once, each name's tests in a process forked from there with a
+    worker of its own), gives every name exactly the row that grading under that name alone
+    gives, for the reference and three mistakes of one catalogue."""
+    from autograder.host.grader import Grader
+    from autograder.host.intake import Submission
+    from autograder.host.options import Options
+    from autograder.tools.fairness import student_names
+
+    name = "a2_self_attention"
+    catalogue = load_catalogue(COURSE, name)
+    mistakes = [m for m, spec in catalogue.items() if not spec.get("equivalent")][:3]
+    people = student_names(3)
+    with Grader(COURSE, name, Options(jobs=2, progress=False)) as grader:
+        subs = []
+        for mutant in ["reference", *mistakes]:
+            cells = catalogue[mutant]["cells"] if mutant in catalogue else {}
+            nb = submission(source_notebook(name), cells, mutant)
+            folder = tmp_path / mutant
+            folder.mkdir()
+            paths = {}
+            for notebook in grader.release:
+                (folder / notebook).write_text(notebook_text(nb), encoding="utf-8")
+                paths[notebook] = folder / notebook
+            subs.append(Submission(mutant, paths, list(paths.values()), folder))
+        together = grader.grade(subs, names=people)
+        alone = grader.grade(
+            [dataclasses.replace(sub, student=p, id="") for sub in subs for p in people]
+        )
+    assert len(together) == len(alone) == len(subs) * len(people)
+    for one, other in zip(together, alone):
+        one.pop("seconds"), other.pop("seconds")
+        assert one == other, f"{one['student']}: {json.dumps(one)[:3000]}"
+    messages = {r["student"]: r["tests"] for r in together[len(people) : 2 * len(people)]}
+    assert len({json.dumps(t, sort_keys=True) for t in messages.values()}) > 1, (
+        "the names drew the same inputs: the comparison shows nothing"
+    )
+    assert max(r["score"] for r in together) > min(r["score"] for r in together)
 
 
 # --------------------------------------------------------------------------------------------

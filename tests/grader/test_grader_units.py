@@ -497,7 +497,7 @@ def test_student_markdown_is_made_inert():
 
 def test_a_grader_fault_costs_one_row_and_rows_arrive_as_graded(tmp_path):
     from autograder.host.grader import Grader, Row
-    from autograder.host.intake import Submission
+    from autograder.host.intake import Submission, safe_name
     from autograder.host.options import Options
 
     grader = object.__new__(Grader)
@@ -505,10 +505,12 @@ def test_a_grader_fault_costs_one_row_and_rows_arrive_as_graded(tmp_path):
     grader.release, grader.grade_cells = {"nb.ipynb": []}, {}
     grader.options = Options(jobs=2, progress=False)
 
-    def grade_one(sub, index):
+    def grade_one(sub, index, names):
         if sub.student == "bad":
             raise KeyError("a bug not met before")
-        return Row(student=sub.student, id=sub.id, score=1.0)
+        if names is None:
+            return [Row(student=sub.student, id=sub.id, score=1.0)]
+        return [Row(student=s, id=safe_name(s), score=1.0) for s in names]
 
     grader._grade_one = grade_one
     subs = [Submission(name, {}, [], tmp_path) for name in ("ok", "bad", "kim lee")]
@@ -520,6 +522,13 @@ def test_a_grader_fault_costs_one_row_and_rows_arrive_as_graded(tmp_path):
     assert bad["fault"] == "grader" and bad["status"] == "error" and "KeyError" in bad["reason"]
     assert bad["max_score"] == 2.0 and bad["tests"]["t.py::a"]["points"] == 0
     assert rows[2]["id"].startswith("kim_lee-") and rows[0]["fault"] is None
+    # under several names (the tools'): one row per submission and name, in order
+    rows = grader.grade(subs, names=["ada", "kim lee"])
+    assert [(r["student"], r["fault"]) for r in rows] == [
+        ("ada", None), ("kim lee", None), ("ada", "grader"), ("kim lee", "grader"),
+        ("ada", None), ("kim lee", None),
+    ]  # fmt: skip
+    assert rows[3]["id"].startswith("kim_lee-")
 
 
 def test_forbidding_a_decorated_function_leaves_the_decorator_alone():
