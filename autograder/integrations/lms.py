@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,13 +43,16 @@ class TimedExtractor(ExtractorPlugin):
         super().extract(archive_path, extracted_path)
         zone = ZoneInfo(self.zip_timezone)
         for root, _, names in os.walk(archive_path):
+            relative = os.path.relpath(root, archive_path)
             for name in names:
                 stem, ext = os.path.splitext(name)
-                if ext not in self.zip_ext or ext != ".zip":
-                    continue
-                relative = os.path.relpath(root, archive_path)
-                into = Path(extracted_path, relative, stem)  # nbgrader's create_own_folder
-                restore_times(Path(root, name), into, zone)
+                if ext == ".zip" and ext in self.zip_ext:
+                    into = Path(extracted_path, relative, stem)  # nbgrader's create_own_folder
+                    restore_times(Path(root, name), into, zone)
+                elif ext not in self.zip_ext:  # copied as it is: keep the download's time
+                    copied = Path(extracted_path, relative, name)
+                    if copied.is_file() and not copied.is_symlink():
+                        shutil.copystat(Path(root, name), copied)
 
 
 def restore_times(archive: Path, into: Path, zone: ZoneInfo) -> int:

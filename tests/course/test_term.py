@@ -402,3 +402,34 @@ def test_matplotlib_imports_under_the_workers_refusals():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, env=_env(MPLBACKEND="Agg"))  # fmt: skip
     assert out.returncode == 0 and out.stdout.strip() == "fork refused", out.stdout + out.stderr
+
+
+def test_the_lms_extractor_keeps_upload_times_of_zipped_and_loose_files(tmp_path):
+    from autograder.integrations.lms import LmsCollector, TimedExtractor
+
+    archive, extracted = tmp_path / "archive", tmp_path / "extracted"
+    _lms_zip(archive / "canvas.zip", {
+        f"doejane_LATE_23456_67891_{NB}": ((2026, 11, 20, 15, 30, 0), "{}"),
+        "nested/smithjohn_12345_67890_helpers.py": ((2026, 11, 19, 8, 0, 0), ""),
+    })  # fmt: skip
+    loose = archive / f"leeann_4242_1_{NB}"
+    loose.write_text("{}")
+    os.utime(loose, (0, DUE.timestamp()))
+    extracted.mkdir()
+    TimedExtractor(zip_timezone="Europe/Berlin").extract(str(archive), str(extracted))
+    got = {
+        p.name: datetime.fromtimestamp(p.stat().st_mtime, tz=UTC)
+        for p in extracted.rglob("*")
+        if p.is_file()
+    }
+    assert got == {
+        f"doejane_LATE_23456_67891_{NB}": datetime(2026, 11, 20, 14, 30, tzinfo=UTC),  # CET
+        "smithjohn_12345_67890_helpers.py": datetime(2026, 11, 19, 7, 0, tzinfo=UTC),
+        f"leeann_4242_1_{NB}": DUE,
+    }, got
+    collector = LmsCollector(
+        named_regexp=r".*/(?P<name>[^/_]+)_(?P<late>LATE_)?(?P<student_id>\d+)_\d+_(?P<file_id>[^/]+)$"
+    )
+    found = collector.collect(str(extracted / "canvas" / f"doejane_LATE_23456_67891_{NB}"))
+    assert found["student_id"] == "23456" and found["late"] == "LATE_"
+    assert found["timestamp"] == "2026-11-20 14:30:00 UTC"
