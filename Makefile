@@ -13,7 +13,7 @@ NO_DEPS_PINS := timm==1.0.31
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 ASSIGNMENTS := $(notdir $(wildcard solutions/a*_*))
 
-.PHONY: all course install book release selfgrade summary test lint pytest book-smoke clean student-bundle new-assignment test-lib test-grader test-book test-course
+.PHONY: all course install book release selfgrade summary test lint pytest book-smoke clean student-bundle new-assignment test-lib test-grader test-book test-course mutants
 # The book's edition: student (graded objects whose solutions are not released show only their
 # signature and docstring; see course.yml) or instructor (everything).
 EDITION ?= student
@@ -74,6 +74,11 @@ pytest: install
 ## course_lib: it never imports the grader).
 test-lib test-grader test-book test-course: test-%: install
 	$(PY) -m pytest -n 2 --dist loadgroup tests/$*
+
+## mutants: the full mutation sweep: every catalogued mistake of every assignment under three
+## student names (make test grades every mistake under one name and every fourth under three).
+mutants: install
+	$(PY) -m autograder mutants --all --names 3 --strict --jobs 2
 
 ## book-smoke: the book built into build_artifacts/book-smoke for the browser tests. It shares the
 ## execution cache with `make book` (book/_build/.jupyter_cache, see book/_ext/build_cache.py), so

@@ -55,6 +55,12 @@ def fairness(args: argparse.Namespace, course: Course) -> int:
     arg("--all", action="store_true", help="every assignment with a mutants.yml"),
     arg("--names", type=int, default=3, help="student names (seeds) per mutant (3)"),
     arg("--strict", action="store_true", help="fail below 100%% killed, 80%% named"),
+    arg(
+        "--every",
+        type=int,
+        default=1,
+        help="all names for every N-th mistake only, the first name for the others (1: all)",
+    ),
     arg("--out", help="rows (default grading/mutants-<assignment>.json)"),
     limits=True,
 )
@@ -67,7 +73,9 @@ def mutants(args: argparse.Namespace, course: Course) -> int:
     options, status, outs = trusted_options(args), 0, []
     for name in names:
         out = Path(args.out) if args.out else course.grading_dir / f"mutants-{name}.json"
-        status |= mutants(course, name, options, out, names=args.names, strict=args.strict)
+        status |= mutants(
+            course, name, options, out, names=args.names, strict=args.strict, every=args.every
+        )
         outs.append((name, out))
     if len(outs) > 1:
         overview(outs)

@@ -18,10 +18,14 @@ solution, in the format of the samples (``autograder/authoring.py``)::
       cells: ...
 
 Every mutant is graded with the hidden suite under ``--names`` student names (each draws its own
-seeded inputs) in one batch; its visible checks run in order, as in the notebook, and the first
-failure's message is kept. The report gives, per mutant, the points lost under each name, whether
-the score depends on the seed, the first message and whether it contains the phrase; then the kill
-rate (non-equivalent mutants that lose points under *every* name) and the named rate. Rows go to
+seeded inputs) in one batch: the mutant is prepared and the suite collected once, then run once per
+name (``Grader.grade(..., names=...)``). ``--every N`` grades only every N-th mistake (catalogue
+order) under all the names and the others under the first name (the reference and the correct
+rewrites always under all): ``make test`` samples so, ``make mutants`` runs the full sweep. Its
+visible checks run in order, as in the notebook, and the first failure's message is kept. The
+report gives, per mutant, the points lost under each name, whether the score depends on the seed,
+the first message and whether it contains the phrase; then the kill rate (non-equivalent mutants
+that lose points under *every* name graded) and the named rate. Rows go to
 ``grading/mutants-<name>.json``. Exit status 1 when an equivalent mutant loses points or fails a
 check, or (with ``--strict``) when the kill rate is below 100 % or the named rate below 80 %.
 """
@@ -139,8 +143,17 @@ def first_failure(nb: nbformat.NotebookNode, label: str, skip: set[str]) -> str 
 
 
 def mutants(
-    course: Course, name: str, options: Options, out: Path, *, names: int = 3, strict: bool = False
+    course: Course,
+    name: str,
+    options: Options,
+    out: Path,
+    *,
+    names: int = 3,
+    strict: bool = False,
+    every: int = 1,
 ) -> int:
+    import torch
+
     from autograder.tools.fairness import student_names
 
     catalogue = load_catalogue(course, name)
@@ -156,8 +169,14 @@ def mutants(
         Grader(course, name, options) as g,
     ):
         release = list(g.release)
-        subs = []
+        subs, everyone = [], []
+        mistakes = 0
         for mutant, spec in {"reference": {"cells": {}}, **catalogue}.items():
+            if mutant == "reference" or spec.get("equivalent"):
+                everyone.append(True)
+            else:
+                everyone.append(mistakes % max(1, every) == 0)
+                mistakes += 1
             nb = submission(source, spec["cells"], f"mutants.yml: {mutant}")
             folder = Path(tmp) / mutant
             folder.mkdir()
@@ -167,13 +186,23 @@ def mutants(
                 notebooks[notebook] = folder / notebook
             subs.append(Submission(mutant, notebooks, list(notebooks.values()), folder))
             rows.append({"mutant": mutant, "nb": nb, **spec})
-        graded = g.grade(subs, names=people)  # one load per mutant, its suite once per name
-    top = graded[0]["max_score"]
+        graded: list[list[dict]] = [[] for _ in subs]
+        for who, wanted in ((people, True), (people[:1], False)):
+            picked = [i for i, flag in enumerate(everyone) if flag == wanted]
+            batch = g.grade([subs[i] for i in picked], names=who) if picked else []
+            for j, i in enumerate(picked):
+                graded[i] = batch[j * len(who) : (j + 1) * len(who)]
+    top = graded[0][0]["max_score"]
+    reference = graded[0][0]["tests"]
     table = []
-    for i, row in enumerate(rows):
-        group = graded[i * len(people) : (i + 1) * len(people)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors; more threads only spin against other processes
+    try:
+        messages = [first_failure(row["nb"], row["mutant"], skip) for row in rows]
+    finally:
+        torch.set_num_threads(threads)
+    for row, group, message in zip(rows, graded, messages):
         lost = [round(top - r["score"], 6) for r in group]
-        message = first_failure(row["nb"], row["mutant"], skip)
         phrase = row.get("phrase") or ""
         table.append(
             {
@@ -188,7 +217,7 @@ def mutants(
                 "failed_tests": sorted(
                     test
                     for test, result in group[0].get("tests", {}).items()
-                    if result["points"] < graded[0]["tests"][test]["points"] - TOLERANCE
+                    if result["points"] < reference[test]["points"] - TOLERANCE
                 ),
             }
         )

@@ -18,6 +18,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+import time_limits
 
 REPO = Path(__file__).resolve().parents[2]
 BOOK = REPO / "book"
@@ -290,16 +291,15 @@ def test_backtick_directives_have_no_backticks_in_their_title(page):
 def test_gpu_measurements_script_writes_what_the_appendix_reads(tmp_path):
     """book/scripts/gpu_measurements.py (run on a GPU) stores the data the appendix plots."""
     import json
-    import subprocess
     import sys
 
     out = tmp_path / "m.json"
     script = BOOK / "scripts" / "gpu_measurements.py"
-    subprocess.run(
+    time_limits.run(
         [sys.executable, str(script), "--out", str(out), "--allow-cpu", "--quick"],
         check=True,
         capture_output=True,
-        timeout=120,
+        cpu=240,
         env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
     )
     data = json.loads(out.read_text())

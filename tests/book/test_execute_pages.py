@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+from time_limits import scaled
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = importlib.util.spec_from_file_location(
@@ -50,7 +51,7 @@ def test_executed_page_is_found_under_the_key_the_build_computes(tmp_path):
 
     page = tmp_path / "page.md"
     page.write_text(PAGE, encoding="utf-8")
-    assert execute_pages.execute([page], tmp_path / "cache", jobs=1, timeout=60) == []
+    assert execute_pages.execute([page], tmp_path / "cache", jobs=1, timeout=scaled(60)) == []
     cache = get_cache(tmp_path / "cache")
     # myst-nb's build reads the page with the same reader and looks it up by its code cells.
     nb = read_myst_markdown_notebook(page.read_text(encoding="utf-8"), path=str(page))

@@ -25,6 +25,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import time_limits
+from time_limits import scaled
 
 from autograder.course import embargo
 from autograder.course.embargo import ScheduleError, plan, read_schedule, stub_source
@@ -187,9 +189,9 @@ def build_book(tmp_path: Path, edition: str, schedule_path: Path | None = None) 
     )
     out = tmp_path / f"html-{edition}"
     env = {**os.environ, "COURSE_EDITION": edition}
-    run = subprocess.run(
+    run = time_limits.run(
         [sys.executable, "-m", "sphinx", "-q", "-W", "-b", "html", str(src), str(out)],
-        capture_output=True, text=True, env=env, timeout=300,
+        capture_output=True, text=True, env=env, cpu=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     return str(out / "index.html")
@@ -296,9 +298,9 @@ def student_python(bundle, tmp_path_factory):
 
 
 def run_checks(python: Path, notebook: Path) -> list[dict]:
-    run = subprocess.run(
+    run = time_limits.run(
         [str(python), str(ROOT / "tests" / "course" / "student_checks.py"), str(notebook)],
-        capture_output=True, text=True, timeout=600, cwd=notebook.parent,
+        capture_output=True, text=True, cpu=1200, cwd=notebook.parent,
         env={**STUDENT_ENV, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"},
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
@@ -338,7 +340,7 @@ def run_notebook(python: Path, kernels: Path, notebook: Path) -> list[tuple[str,
     )
     nb = nbformat.read(notebook, as_version=4)
     nb.cells.insert(0, nbformat.v4.new_code_cell("import course_lib; print(course_lib.__file__)"))
-    NotebookClient(nb, timeout=900, kernel_name="student", allow_errors=True,
+    NotebookClient(nb, timeout=scaled(900), kernel_name="student", allow_errors=True,
                    resources={"metadata": {"path": str(kernels)}}).execute()  # fmt: skip
     assert nb.cells[0].outputs[0]["text"].startswith(str(python.parent.parent))
     return [

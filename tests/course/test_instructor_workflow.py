@@ -18,6 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "grader" / "fixtures" / "grader"))
 import corpus  # noqa: E402
+import time_limits
 
 from autograder.integrations.gradescope import level_for, student_identity  # noqa: E402
 
@@ -69,10 +70,10 @@ def _gradescope_run(zip_path: Path, root: Path, notebook: bytes | None, user: in
         (root / "submission" / "my_attention.ipynb").write_bytes(notebook)
     meta = {"users": [{"id": user, "email": f"s{user}@uni.edu"}], "created_at": "2026-11-24"}
     (root / "submission_metadata.json").write_text(json.dumps(meta))
-    out = subprocess.run(
+    out = time_limits.run(
         ["bash", str(root / "run_autograder")],
         env=_env(AUTOGRADER_ROOT=str(root), AUTOGRADER_PYTHON=sys.executable),
-        capture_output=True, text=True, timeout=600, cwd=root,
+        capture_output=True, text=True, cpu=1200, cwd=root,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     return json.loads((root / "results" / "results.json").read_text())
@@ -132,10 +133,10 @@ COURSE_ID = "attention-and-transformers"
 
 
 def _nbgrader(cwd: Path, *args: str, home: Path, ok: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run(
+    out = time_limits.run(
         [sys.executable, "-m", "nbgrader", *args],
         cwd=cwd, env=_env(HOME=str(home), COURSE_ID=COURSE_ID), capture_output=True, text=True,
-        timeout=300,
+        cpu=600,
     )  # fmt: skip
     if ok:
         assert out.returncode == 0, f"nbgrader {' '.join(args)}:\n{out.stdout}\n{out.stderr}"
