@@ -4,6 +4,10 @@
 or ``solutions-released``. What an assignment grades is derived from the assignment itself, never
 listed by hand:
 
+An assignment whose answer key lives beside its hidden suite (``autograder/suites/<name>/
+<aN>_key.py``: it grades variants the book does not print, "reader-first") grades no
+``course_lib`` object: it adds nothing to the embargo. For the others:
+
 1. its *graded units*: every function or method of the source notebook's solution cells that holds a
    ``### BEGIN SOLUTION`` region, with the part it belongs to (the ``## 3. Title`` heading above
    it): ``EncoderBlock.forward`` in "A3, part 3 (The encoder block)";
@@ -398,6 +402,14 @@ def reachable(root: Path, provided: dict[str, str]) -> dict[str, str]:
     return why
 
 
+def own_key(root: Path, assignment: str) -> Path | None:
+    """The answer key beside the hidden suite (``autograder/suites/<name>/<aN>_key.py`` or
+    ``key.py``), for an assignment that grades work the book does not print; else None."""
+    suite = root / "autograder" / "suites" / assignment
+    found = sorted(suite.glob("*key.py")) if suite.is_dir() else []
+    return found[0] if found else None
+
+
 def known_assignments(root: Path) -> list[str]:
     folder = root / "solutions"
     return sorted(p.name for p in folder.glob("a*_*") if p.is_dir()) if folder.is_dir() else []
@@ -412,7 +424,8 @@ def plan(root: Path = PACKAGE_ROOT, schedule: Path | None = None) -> Plan:
     result = Plan(root, assignments)
     for a in assignments:
         modules = grading_modules(root, a.name, index)
-        for unit in graded_units(root, a.name):
+        # reader-first (its key beside the suite): its units match no course_lib object
+        for unit in [] if own_key(root, a.name) else graded_units(root, a.name):
             matches = [(m, unit.qualname) for m in sorted(modules) if unit.qualname in index[m]]
             if not matches and "." not in unit.qualname:
                 matches = [
@@ -602,7 +615,9 @@ def _body_statements(source: str, qualname: str) -> list[str]:
 def secrets(p: Plan) -> dict[str, list[str]]:
     """dotted -> token strings of the embargoed body's statements that appear nowhere else.
 
-    A statement that also appears in shipped (not embargoed) library code is not a secret.
+    Also the statements of an answer key beside a hidden suite (``<name> key: RMSNorm.forward``),
+    until the assignment's solutions are released. A statement that also appears in shipped (not
+    embargoed) library code is not a secret.
     """
     found: dict[str, list[str]] = {}
     sources: dict[str, str] = {}
@@ -610,6 +625,14 @@ def secrets(p: Plan) -> dict[str, list[str]]:
         path = _module_path(p.root, item.module)
         sources.setdefault(item.module, path.read_text(encoding="utf-8"))
         found[dotted] = _body_statements(sources[item.module], item.qualname)
+    # reader-first assignments: the graded units' bodies in the key beside the hidden suite
+    for a in p.assignments:
+        key = own_key(p.root, a.name)
+        if key is None or a.state == "solutions-released":
+            continue
+        source = key.read_text(encoding="utf-8")
+        for unit in graded_units(p.root, a.name):
+            found[f"{a.name} key: {unit.qualname}"] = _body_statements(source, unit.qualname)
     # the shipped code: the stubbed library, tokenised
     shipped = []
     for path in sorted((p.root / "course_lib").rglob("*.py")):

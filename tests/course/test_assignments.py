@@ -239,9 +239,9 @@ def test_a_stale_patch_fails_loudly():
     with pytest.raises(AuthoringError, match="no solution cells named"):
         submission(nb, {"no_such_cell": {"code": "x = 1"}}, "test")
     with pytest.raises(AuthoringError, match="no longer in the cell"):
-        submission(nb, {"layer_norm": {"replace": [{"old": "not there", "new": ""}]}}, "test")
+        submission(nb, {"rms_norm": {"replace": [{"old": "not there", "new": ""}]}}, "test")
     with pytest.raises(AuthoringError, match="either code or replace"):
-        submission(nb, {"layer_norm": {"code": "x", "replace": []}}, "test")
+        submission(nb, {"rms_norm": {"code": "x", "replace": []}}, "test")
 
 
 def test_a_malformed_text_source_fails_loudly():

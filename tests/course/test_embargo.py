@@ -1,10 +1,13 @@
 """The embargo (course.yml): answer keys stay with the instructor until the solutions are out.
 
 - the schedule: a wrong state, an unknown assignment or object is an error naming the line;
-- the graded objects are derived from the assignments (A3's LayerNorm, EncoderBlock.forward, ...),
-  and provided code (A3's MultiHeadAttention) stays usable;
+- the graded objects are derived from the assignments (A2's AttentionLayer.forward, A5's
+  patchify, ...), and provided code (A3's MultiHeadAttention) stays usable; an assignment whose
+  key lives beside its hidden suite (A3, reader-first) grades no course_lib object, so its chapter's
+  code (LayerNorm, the Transformer) is whole in every edition, while the key's statements are
+  still scanned for;
 - the stub keeps signature and docstring and raises NotImplementedError naming the part;
-- setting A3 to solutions-released brings its code back (wheel and book);
+- setting A5 to solutions-released brings its code back (wheel and book);
 - the book's student edition shows no embargoed statement, the instructor edition does (a small
   Sphinx project with the book's extension; the full book is built by `make book`);
 - the student bundle: no embargoed statement, no hidden-suite canary, no instructor-only file; its
@@ -82,13 +85,18 @@ def test_a_mistake_in_the_schedule_names_its_line(tmp_path, text, line, words):
 
 def test_the_graded_objects_come_from_the_assignments(repo_plan):
     got = {d: i.where for d, i in repo_plan.embargoed.items()}
-    transformer = "course_lib.models.transformer"
-    assert got["course_lib.layers.LayerNorm.forward"] == "A3, part 1 (Layer normalisation)"
-    assert got[f"{transformer}.EncoderBlock.forward"] == "A3, part 3 (The encoder block)"
-    for name in ("DecoderBlock.forward", "Transformer.embed", "Transformer.decode"):
-        assert got[f"{transformer}.{name}"].startswith("A3, part"), name
+    assert got["course_lib.attention.AttentionLayer.forward"].startswith("A2, part 3")
     assert got["course_lib.tokenizers.merge_pair"].startswith("A4, part 1")
     assert got["course_lib.vision.patchify"].startswith("A5, part 1")
+    # A3 is reader-first (its key lives beside its suite): no course_lib object is graded, so the
+    # book's chapter 3 code is whole, although A3's beam_search shares a name with the library's
+    assert embargo.own_key(ROOT, "a3_transformer") is not None
+    assert not [i for i in repo_plan.graded.values() if i.assignment == "a3_transformer"]
+    for name in ("course_lib.layers.LayerNorm.forward", "course_lib.layers.FeedForward.forward",
+                 "course_lib.models.transformer.EncoderBlock.forward",
+                 "course_lib.models.transformer.Transformer.beam_search"):  # fmt: skip
+        assert name not in got, name
+    assert not any(n.startswith("A3:") for n in repo_plan.notes)
     # course.yml's `also`: a reference of another name answers the notebook's ViT.forward
     vit = "course_lib.models.vit.VisionTransformer"
     assert (
@@ -106,37 +114,51 @@ def test_the_graded_objects_come_from_the_assignments(repo_plan):
 
 
 def test_the_stub_keeps_signature_and_docstring_and_names_the_part(repo_plan):
-    source = (ROOT / "course_lib" / "layers.py").read_text(encoding="utf-8")
-    targets = repo_plan.by_module()["course_lib.layers"]
+    source = (ROOT / "course_lib" / "vision.py").read_text(encoding="utf-8")
+    targets = repo_plan.by_module()["course_lib.vision"]
     stub = stub_source(source, targets)
-    assert "def forward(self, x: Tensor) -> Tensor:" in stub
-    assert "You implement this in A3, part 1 (Layer normalisation)." in stub
-    namespace: dict = {"__name__": "course_lib.layers"}
-    exec(compile(stub, "layers.py", "exec"), namespace)  # noqa: S102
-    norm = namespace["LayerNorm"](4)
+    assert "def patchify(images: Tensor, patch_size: int) -> Tensor:" in stub
+    assert "You implement this in A5, part 1 (Images as sequences of patches)." in stub
+    namespace: dict = {"__name__": "course_lib.vision"}
+    exec(compile(stub, "vision.py", "exec"), namespace)  # noqa: S102
     import torch
 
-    with pytest.raises(NotImplementedError, match=r"A3, part 1"):
-        norm(torch.zeros(2, 4))
-    assert (
-        namespace["LayerNorm"].__doc__ == __import__("course_lib.layers").layers.LayerNorm.__doc__
-    )
-    lines = embargo.secrets(repo_plan)["course_lib.layers.LayerNorm.forward"]
+    with pytest.raises(NotImplementedError, match=r"A5, part 1"):
+        namespace["patchify"](torch.zeros(1, 3, 4, 4), 2)
+    assert namespace["patchify"].__doc__ == __import__("course_lib.vision").vision.patchify.__doc__
+    lines = embargo.secrets(repo_plan)["course_lib.vision.patchify"]
     assert lines and not any(f" {s} " in f" {' '.join(embargo.tokens(stub))} " for s in lines)
 
 
-def test_releasing_the_solutions_of_a3_brings_its_code_back(tmp_path):
+def test_a_key_beside_a_suite_is_scanned_for_until_its_solutions_are_released(tmp_path, repo_plan):
+    table = embargo.secrets(repo_plan)
+    lines = table["a3_transformer key: RMSNorm.forward"]
+    assert lines and table["a3_transformer key: beam_search"]
+    solution = ROOT / "solutions" / "a3_transformer" / "a3_transformer.ipynb"
+    release = ROOT / "assignments" / "a3_transformer" / "a3_transformer.ipynb"
+    assert any(
+        "a3_transformer key: RMSNorm.forward" in h for h in embargo.scan(repo_plan, [solution])
+    )
+    assert not [h for h in embargo.scan(repo_plan, [release]) if "a3_transformer key" in h]
     text = ALL_RELEASED.replace("a3_transformer: released", "a3_transformer: solutions-released")
     released = plan(ROOT, schedule(tmp_path, text))
+    assert not [d for d in embargo.secrets(released) if d.startswith("a3_transformer key")]
+
+
+def test_releasing_the_solutions_of_a5_brings_its_code_back(tmp_path):
+    text = ALL_RELEASED.replace(
+        "a5_vision_transformers: released", "a5_vision_transformers: solutions-released"
+    )
+    released = plan(ROOT, schedule(tmp_path, text))
     assert released.embargoed and not [i for i in released.embargoed.values()
-                                        if i.assignment == "a3_transformer"]  # fmt: skip
-    assert "course_lib.models.transformer" not in released.by_module()
-    assert "course_lib.layers" not in released.by_module()
+                                        if i.assignment == "a5_vision_transformers"]  # fmt: skip
+    assert "course_lib.vision" not in released.by_module()
     assert any(i.assignment == "a4_bert_gpt" for i in released.embargoed.values())
-    # the wheel is built from this copy: A3's modules come back byte for byte, A4's are stubbed
+    # the wheel is built from this copy: A5's (and A3's) modules come back byte for byte, A4's
+    # are stubbed
     copy = tmp_path / "course_lib"
     embargo.stub_package(ROOT / "course_lib", copy, released.by_module())
-    for rel in ("layers.py", "models/transformer.py"):
+    for rel in ("vision.py", "layers.py", "models/transformer.py"):
         assert (copy / rel).read_bytes() == (ROOT / "course_lib" / rel).read_bytes(), rel
     assert "course_lib.checks.replay" in (copy / "models" / "gpt.py").read_text(encoding="utf-8")
 
@@ -158,19 +180,23 @@ BOOK_PAGE = """\
 Test
 ====
 
+.. literalinclude:: {lib}/vision.py
+   :language: python
+   :pyobject: patchify
+
+.. literalinclude:: {lib}/models/gpt.py
+   :language: python
+   :pyobject: GPT.forward
+
 .. literalinclude:: {lib}/layers.py
    :language: python
    :pyobject: LayerNorm
-
-.. literalinclude:: {lib}/models/transformer.py
-   :language: python
-   :pyobject: Transformer.decode
 
 .. literalinclude:: {lib}/gpu.py
    :language: python
    :pyobject: get_device
 
-.. embargo:: course_lib.layers.LayerNorm.forward
+.. embargo:: course_lib.vision.patchify
 
    Secret prose: the forward pass subtracts the mean.
 """
@@ -203,21 +229,23 @@ def test_the_student_edition_of_the_book_shows_no_embargoed_statement(tmp_path, 
     instructor = build_book(tmp_path, "instructor")
     assert embargo.scan(repo_plan, [Path(student)]) == []
     hits = embargo.scan(repo_plan, [Path(instructor)])
-    assert any("LayerNorm.forward" in h for h in hits) and any(
-        "Transformer.decode" in h for h in hits
-    )
+    assert any("vision.patchify" in h for h in hits) and any("GPT.forward" in h for h in hits)
     text = embargo._text_of(Path(student))  # the page's text, without tags
-    assert "You implement this in A3, part 1 (Layer normalisation)" in text
-    assert "You implement this in A3, part 5 (The whole model)" in text
+    assert "You implement this in A5, part 1 (Images as sequences of patches)" in text
+    assert "You implement this in A4, part 3 (GPT)" in text
     assert "def get_device" in text  # not graded: shown in full
+    # A3 is reader-first: the book shows LayerNorm whole, in the student edition too
+    assert "You implement this in A3" not in text and "var = " in text
     assert "Secret prose" not in text and "Secret prose" in embargo._text_of(Path(instructor))
-    # A3's solutions released: its code comes back in the student edition
-    text3 = ALL_RELEASED.replace("a3_transformer: released", "a3_transformer: solutions-released")
+    # A5's solutions released: its code comes back in the student edition
+    text5 = ALL_RELEASED.replace(
+        "a5_vision_transformers: released", "a5_vision_transformers: solutions-released"
+    )
     released = tmp_path / "released"
     released.mkdir()
-    back = build_book(released, "student", schedule(released, text3))
-    assert any("LayerNorm.forward" in h for h in embargo.scan(repo_plan, [Path(back)]))
-    assert "You implement this" not in Path(back).read_text(encoding="utf-8")
+    back = build_book(released, "student", schedule(released, text5))
+    assert any("vision.patchify" in h for h in embargo.scan(repo_plan, [Path(back)]))
+    assert "You implement this in A5" not in Path(back).read_text(encoding="utf-8")
 
 
 # ------------------------------------------------------------------------------------------
@@ -268,6 +296,7 @@ def test_the_bundle_holds_no_answer_key_and_nothing_instructor_only(bundle, repo
     wheel = next(out.glob("*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert any(n.startswith("course_lib/checks/data/") and n.endswith(".pt") for n in names)
+    assert "course_lib/checks/recorded/a3_transformer.pt" in names  # A3's checks' answers
 
 
 STUDENT_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -340,7 +369,7 @@ def run_notebook(python: Path, kernels: Path, notebook: Path) -> list[tuple[str,
     )
     nb = nbformat.read(notebook, as_version=4)
     nb.cells.insert(0, nbformat.v4.new_code_cell("import course_lib; print(course_lib.__file__)"))
-    NotebookClient(nb, timeout=scaled(900), kernel_name="student", allow_errors=True,
+    NotebookClient(nb, timeout=int(scaled(900)), kernel_name="student", allow_errors=True,
                    resources={"metadata": {"path": str(kernels)}}).execute()  # fmt: skip
     assert nb.cells[0].outputs[0]["text"].startswith(str(python.parent.parent))
     return [
@@ -354,9 +383,10 @@ def run_notebook(python: Path, kernels: Path, notebook: Path) -> list[tuple[str,
 @pytest.mark.slow
 @pytest.mark.xdist_group("embargo")
 def test_a3_runs_top_to_bottom_on_the_student_wheel(student_python, bundle, tmp_path, monkeypatch):
-    """A3 (the issue's example) in a Jupyter kernel, top to bottom, training included: the
-    reference answers raise nothing; blank answers fail each check with its message, and the
-    other errors are the student's own stubs (or what they leave undefined), never the library."""
+    """A3 (reader-first: its checks answer from recorded data) in a Jupyter kernel, top to bottom,
+    training included: the reference answers raise nothing; blank answers fail each check with its
+    message, and the other errors are the student's own stubs (or what they leave undefined),
+    never the library."""
     out, _ = bundle
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
     monkeypatch.setenv("MPLBACKEND", "Agg")
@@ -365,7 +395,7 @@ def test_a3_runs_top_to_bottom_on_the_student_wheel(student_python, bundle, tmp_
     assert run_notebook(student_python, tmp_path, ROOT / "solutions" / name / f"{name}.ipynb") == []
     errors = run_notebook(student_python, tmp_path, out / "assignments" / name / f"{name}.ipynb")
     checks = [e for e in errors if e[0].startswith("check_")]
-    assert len(checks) == 6 and all(e[1] == "CheckFailed" for e in checks), checks
+    assert len(checks) == 5 and all(e[1] == "CheckFailed" for e in checks), checks
     others = [e for e in errors if not e[0].startswith("check_")]
     assert all(e[1] in ("NotImplementedError", "NameError") for e in others), others
     assert not [e for e in errors if "You implement this in" in e[2]], errors

@@ -1,30 +1,37 @@
-"""Hidden tests of A3 (the Transformer), 16 points.
+"""Hidden tests of A3 (RMSNorm, pre-norm blocks, label smoothing, beam search), 16 points.
 
 CANARY-HIDDEN-A3-95ae27f0: planted so the tests can assert that nothing a student receives
 (release, feedback) contains this suite.
 
-Sizes and inputs come from ``rng`` (seeded per assignment, student and test); reference weights
-are drawn here (LayerNorm gains and biases included, so that they matter) and loaded into the
-student's modules by name; references are ``torch.nn.LayerNorm`` and ``course_lib``'s Transformer
-(post-norm, ReLU, untied embeddings). The given ``course_lib.attention.MultiHeadAttention`` and
-``sinusoidal_positional_encoding`` may be used; ``course_lib``'s model and layers, PyTorch's
-Transformer modules and (in LayerNorm) its fused layer norm may not.
+Sizes and inputs come from ``rng`` (seeded per assignment, student and test); weights are drawn
+here (norm gains included, so that they matter) and loaded into the student's modules by name.
+Expectations come from the answer key beside this file (``a3_key.py``), which the project's tests
+check against ``torch.nn.RMSNorm``, ``F.cross_entropy(label_smoothing=...)`` and an exhaustive
+search. The beam search runs on the book's model (``course_lib.models``, built in the worker),
+so that it is graded on its own, whatever the student's blocks do.
 """
 
 from __future__ import annotations
 
+import a3_key as key
 import pytest
 import torch
+from a3_record import shift_logit
 from torch import nn
 
 from course_lib.checks import check_close
 from course_lib.checks.core import check_not_constant
-from course_lib.layers import FeedForward
-from course_lib.models.transformer import DecoderBlock, EncoderBlock, Transformer, TransformerConfig
 
-pytestmark = pytest.mark.forbid("course_lib.models", "course_lib.layers", "transformer_modules")
 CANARY = "CANARY-HIDDEN-A3-95ae27f0"
 PAD, BOS, EOS = 0, 1, 2
+RMS_NORM = ("torch.nn.RMSNorm", "torch.nn.functional.rms_norm", "torch.rms_norm",
+            "aten::rms_norm*", "aten::_fused_rms_norm*")  # fmt: skip
+CROSS_ENTROPY = ("torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss",
+                 "torch.nn.CrossEntropyLoss", "torch.nn.NLLLoss", "aten::nll_loss*",
+                 "aten::cross_entropy_loss*")  # fmt: skip
+REFERENCE_DECODING = ("course_lib.models.transformer.Transformer.beam_search",
+                      "course_lib.models.transformer.Transformer.greedy_decode")  # fmt: skip
+BLOCKS = ("course_lib.models", "course_lib.layers", "transformer_modules")
 
 
 def draw(rng: torch.Generator, low: int, high: int) -> int:
@@ -32,13 +39,13 @@ def draw(rng: torch.Generator, low: int, high: int) -> int:
     return int(torch.randint(low, high + 1, (1,), generator=rng))
 
 
-def perturb_norms(module: nn.Module, rng: torch.Generator) -> None:
-    """Random LayerNorm gains and biases (they start at 1 and 0, which would hide mistakes)."""
+def perturb(module: nn.Module, rng: torch.Generator) -> nn.Module:
+    """Random weights; norm gains around 1 (at exactly 1, swapped norms would hide)."""
     with torch.no_grad():
         for name, p in module.named_parameters():
-            if "norm" in name:
-                p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.3 * torch.randn(
-                    p.shape, generator=rng))  # fmt: skip
+            base = 1.0 if "norm" in name else 0.0
+            p.copy_(base + 0.4 * torch.randn(p.shape, generator=rng))
+    return module.eval()
 
 
 def padding(rng: torch.Generator, B: int, S: int) -> torch.Tensor:
@@ -49,109 +56,82 @@ def padding(rng: torch.Generator, B: int, S: int) -> torch.Tensor:
 
 
 def block_sizes(rng):
-    H = draw(rng, 1, 3)  # d_model >= 4: at 2, LayerNorm collapses to +-gamma + beta
+    H = draw(rng, 1, 3)
     return dict(d_model=H * draw(rng, 4 if H == 1 else 2, 4), num_heads=H, d_ff=draw(rng, 4, 16))
 
 
-def reference_block(cls, sizes, rng):
-    block = cls(**sizes, dropout=0.0, activation="relu", norm_first=False, fused=False).eval()
-    perturb_norms(block, rng)
-    return block
-
-
 # --------------------------------------------------------------------------------------------
-# LayerNorm (2), feed-forward (1)
+# RMSNorm (2)
 # --------------------------------------------------------------------------------------------
 
 
-def layer_norm_pair(student, rng):
+def rms_norm_pair(student, rng):
     C = draw(rng, 4, 12)
     eps = 0.1  # large enough that eps outside the square root (or no eps) is always visible
-    ref = nn.LayerNorm(C, eps=eps)
-    perturb_norms(nn.ModuleDict({"norm": ref}), rng)
-    mine = student.LayerNorm(C, eps=eps)
+    ref = perturb(nn.ModuleDict({"norm": key.RMSNorm(C, eps=eps)}), rng)["norm"]
+    mine = student.RMSNorm(C, eps=eps)
     mine.load_state_dict(ref.state_dict())
-    shape = [draw(rng, 1, 3) for _ in range(draw(rng, 0, 2))] + [draw(rng, 1, 5), C]
+    shape = [draw(rng, 1, 3) for _ in range(draw(rng, 0, 2))] + [draw(rng, 2, 5), C]
     x = torch.randn(*shape, generator=rng) * draw(rng, 1, 5) + draw(rng, -3, 3)
     return ref, mine, x
 
 
-@pytest.mark.points(1, cell="check_layer_norm")
-@pytest.mark.forbid("layer_norm")
-def test_layer_norm_values(student, rng):
-    ref, mine, x = layer_norm_pair(student, rng)
+@pytest.mark.points(1, cell="check_rms_norm")
+@pytest.mark.forbid(*RMS_NORM)
+def test_rms_norm_values(student, rng):
+    ref, mine, x = rms_norm_pair(student, rng)
     with torch.no_grad():
-        check_close(mine(x), ref(x), name="LayerNorm(x)", atol=1e-5)
+        check_close(mine(x), ref(x), name="RMSNorm(x)", atol=1e-5)
 
 
-@pytest.mark.points(1, cell="check_layer_norm")
-@pytest.mark.forbid("layer_norm")
-def test_layer_norm_gradients(student, rng):
-    ref, mine, x = layer_norm_pair(student, rng)
+@pytest.mark.points(1, cell="check_rms_norm")
+@pytest.mark.forbid(*RMS_NORM)
+def test_rms_norm_gradients(student, rng):
+    ref, mine, x = rms_norm_pair(student, rng)
     dy = torch.randn(x.shape, generator=rng)
     got = mine.backward(x, grad_output=dy)
     leaf = x.clone().requires_grad_(True)
     ref(leaf).backward(dy)
     check_close(got.inputs[0], leaf.grad, name="the gradient with respect to x", atol=1e-4)
-    for name, p in ref.named_parameters():
-        assert got.params.get(name) is not None, f"no gradient reached {name}"
-        check_close(got.params[name], p.grad, name=f"the gradient of {name}", atol=1e-4)
-
-
-@pytest.mark.points(1, cell="check_feed_forward")
-def test_feed_forward(student, rng):
-    C, hidden = draw(rng, 2, 10), draw(rng, 2, 16)
-    ref = FeedForward(C, hidden, activation="relu")
-    mine = student.FeedForward(C, hidden)
-    mine.load_state_dict(ref.state_dict())
-    x = torch.randn(draw(rng, 1, 3), draw(rng, 1, 5), C, generator=rng)
-    with torch.no_grad():
-        check_close(mine(x), ref(x), name="FeedForward(x)")
+    assert got.params.get("weight") is not None, "no gradient reached weight"
+    check_close(got.params["weight"], ref.weight.grad, name="the gradient of weight", atol=1e-4)
 
 
 # --------------------------------------------------------------------------------------------
-# Encoder block (3), decoder block (3)
+# Encoder block (2), decoder block (3)
 # --------------------------------------------------------------------------------------------
 
 
 def encoder_pair(student, rng):
     sizes = block_sizes(rng)
-    ref = reference_block(EncoderBlock, sizes, rng)
-    mine = student.EncoderBlock(**sizes)
+    ref = perturb(key.PreNormEncoderBlock(**sizes), rng)
+    mine = student.PreNormEncoderBlock(**sizes)
     mine.load_state_dict(ref.state_dict())
     B, S = draw(rng, 2, 4), draw(rng, 2, 7)
-    x = torch.randn(B, S, sizes["d_model"], generator=rng)
+    x = torch.randn(B, S, sizes["d_model"], generator=rng) * 2
     return ref, mine, x
 
 
 @pytest.mark.points(1, cell="check_encoder_block")
+@pytest.mark.forbid(*BLOCKS)
 def test_encoder_block(student, rng):
     ref, mine, x = encoder_pair(student, rng)
-    out = mine(x)
-    assert isinstance(out, tuple) and len(out) == 2, "EncoderBlock returns (x, weights)"
-    with torch.no_grad():
-        want, want_w = ref(x, return_attn=True)
-    check_close(out[0], want, name="EncoderBlock(x)", atol=1e-5)
-    check_close(out[1], want_w, name="the attention-weight tensor", atol=1e-5)
-
-
-@pytest.mark.points(1, cell="check_encoder_block")
-def test_encoder_block_padding(student, rng):
-    ref, mine, x = encoder_pair(student, rng)
     keep = padding(rng, *x.shape[:2])[:, None, None, :]
-    y, w = mine(x, keep)
+    out = mine(x, keep)
+    assert isinstance(out, tuple) and len(out) == 2, "PreNormEncoderBlock returns (x, weights)"
     with torch.no_grad():
-        want, want_w = ref(x, keep, return_attn=True)
-    check_close(y, want, name="EncoderBlock(x, padding mask)", atol=1e-5)
-    check_close(w, want_w, name="the attention-weight tensor with a padding mask", atol=1e-5)
+        want, want_w = ref(x, keep)
+    check_close(out[0], want, name="PreNormEncoderBlock(x, padding mask)", atol=1e-5)
+    check_close(out[1], want_w, name="the attention-weight tensor with a padding mask", atol=1e-5)
 
 
 @pytest.mark.points(1, cell="check_encoder_block")
+@pytest.mark.forbid(*BLOCKS)
 def test_encoder_block_gradients(student, rng):
     ref, mine, x = encoder_pair(student, rng)
     dy = torch.randn(x.shape, generator=rng)
     got = mine.backward(x, grad_output=dy)
-    ref(x).backward(dy)
+    ref(x)[0].backward(dy)
     for name, p in ref.named_parameters():
         assert got.params.get(name) is not None, f"no gradient reached {name}"
         check_close(got.params[name], p.grad, name=f"the gradient of {name}", atol=1e-4)
@@ -159,39 +139,44 @@ def test_encoder_block_gradients(student, rng):
 
 def decoder_pair(student, rng):
     sizes = block_sizes(rng)
-    ref = reference_block(DecoderBlock, sizes, rng)
-    mine = student.DecoderBlock(**sizes)
+    ref = perturb(key.PreNormDecoderBlock(**sizes), rng)
+    mine = student.PreNormDecoderBlock(**sizes)
     mine.load_state_dict(ref.state_dict())
     B, T, S = draw(rng, 2, 4), draw(rng, 2, 6), draw(rng, 2, 7)
-    y = torch.randn(B, T, sizes["d_model"], generator=rng)
-    memory = torch.randn(B, S, sizes["d_model"], generator=rng)
+    y = torch.randn(B, T, sizes["d_model"], generator=rng) * 2
+    memory = torch.randn(B, S, sizes["d_model"], generator=rng) * 2
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     keep = padding(rng, B, S)[:, None, None, :]
     return ref, mine, (y, memory, causal, keep)
 
 
 @pytest.mark.points(1, cell="check_decoder_block")
+@pytest.mark.forbid(*BLOCKS)
 def test_decoder_block(student, rng):
     ref, mine, args = decoder_pair(student, rng)
     out = mine(*args)
-    assert isinstance(out, tuple) and len(out) == 2, "DecoderBlock returns (y, (w_self, w_cross))"
+    assert isinstance(out, tuple) and len(out) == 2, (
+        "PreNormDecoderBlock returns (y, (w_self, w_cross))"
+    )
     with torch.no_grad():
-        want, _ = ref(*args, return_attn=True)
-    check_close(out[0], want, name="DecoderBlock(y, memory, masks)", atol=1e-5)
+        want, _ = ref(*args)
+    check_close(out[0], want, name="PreNormDecoderBlock(y, memory, masks)", atol=1e-5)
 
 
 @pytest.mark.points(1, cell="check_decoder_block")
+@pytest.mark.forbid(*BLOCKS)
 def test_decoder_block_weights(student, rng):
     ref, mine, args = decoder_pair(student, rng)
     _, weights = mine(*args)
     assert isinstance(weights, tuple) and len(weights) == 2, "the weights are (w_self, w_cross)"
     with torch.no_grad():
-        _, (want_self, want_cross) = ref(*args, return_attn=True)
+        _, (want_self, want_cross) = ref(*args)
     check_close(weights[0], want_self, name="the self-attention weight tensor", atol=1e-5)
     check_close(weights[1], want_cross, name="the cross-attention weight tensor", atol=1e-5)
 
 
 @pytest.mark.points(1, cell="check_decoder_block")
+@pytest.mark.forbid(*BLOCKS)
 def test_decoder_block_is_causal(student, rng):
     _, mine, (y, memory, causal, keep) = decoder_pair(student, rng)
     t = draw(rng, 1, y.shape[1] - 1)
@@ -201,174 +186,166 @@ def test_decoder_block_is_causal(student, rng):
     second, _ = mine(changed, memory, causal, keep)
     check_close(second[:, :t], first[:, :t], name=f"the output tensor before position {t} "
                 "when later target positions change", atol=1e-5)  # fmt: skip
+    check_not_constant(first, name="the output tensor", what="the target positions")
 
 
 # --------------------------------------------------------------------------------------------
-# The whole model (4) and greedy decoding (3)
+# Label-smoothed cross-entropy (3)
 # --------------------------------------------------------------------------------------------
 
 
-def model_pair(student, rng, dtype=torch.float32):
-    H = draw(rng, 1, 2)
-    sizes = dict(src_vocab_size=draw(rng, 8, 16), tgt_vocab_size=draw(rng, 6, 12),
-                 d_model=2 * H * draw(rng, 2, 3), num_heads=H, num_layers=draw(rng, 1, 2),
-                 d_ff=draw(rng, 4, 16))  # fmt: skip
-    config = TransformerConfig(
-        src_vocab_size=sizes["src_vocab_size"], tgt_vocab_size=sizes["tgt_vocab_size"],
-        d_model=sizes["d_model"], num_heads=H, num_encoder_layers=sizes["num_layers"],
-        num_decoder_layers=sizes["num_layers"], d_ff=sizes["d_ff"], dropout=0.0,
-        activation="relu", norm_first=False, tie_embeddings=False, share_embeddings=False,
-        fused_attn=False,
-    )  # fmt: skip
-    ref = Transformer(config=config).eval()
-    perturb_norms(ref, rng)
-    mine = student.Transformer(**sizes)
-    mine.load_state_dict(ref.state_dict())
-    if dtype == torch.float64:
-        ref, mine = ref.double(), mine.double()
-    return ref, mine.eval(), sizes
+def loss_inputs(rng, *, ignore_index=PAD, flat=False):
+    V = draw(rng, 4, 12)
+    shape = (draw(rng, 3, 12),) if flat else (draw(rng, 2, 4), draw(rng, 3, 6))
+    logits = torch.randn(*shape, V, generator=rng) * draw(rng, 1, 3)
+    target = torch.randint(0, V, shape, generator=rng)
+    target = target.masked_fill(target == ignore_index, (ignore_index + 1) % V)
+    pad = torch.rand(shape, generator=rng) < 0.3
+    pad.view(-1)[0] = False
+    pad.view(-1)[-1] = True
+    target = target.masked_fill(pad, ignore_index)
+    smoothing = float(torch.rand((), generator=rng)) * 0.4 + 0.05
+    return logits, target, smoothing
 
 
-def seq_batch(rng, sizes):
-    B, S, T = draw(rng, 2, 4), draw(rng, 2, 7), draw(rng, 2, 5)
-    src = torch.randint(3, sizes["src_vocab_size"], (B, S), generator=rng)
+@pytest.mark.points(1, cell="check_label_smoothing")
+@pytest.mark.forbid(*CROSS_ENTROPY)
+def test_label_smoothing_values(student, rng):
+    logits, target, eps = loss_inputs(rng)
+    got = student.label_smoothed_cross_entropy(logits, target, eps, ignore_index=PAD)
+    want = key.label_smoothed_cross_entropy(logits, target, eps, ignore_index=PAD)
+    check_close(got, want, name=f"the loss (smoothing={eps:.3f}, padding ignored)", atol=1e-5)
+
+
+@pytest.mark.points(1, cell="check_label_smoothing")
+@pytest.mark.forbid(*CROSS_ENTROPY)
+def test_label_smoothing_gradients(student, rng):
+    logits, target, eps = loss_inputs(rng)
+    fn = student.label_smoothed_cross_entropy
+    got = fn.backward(logits, target, eps, ignore_index=PAD, grad_output=torch.tensor(1.0))
+    leaf = logits.clone().requires_grad_(True)
+    key.label_smoothed_cross_entropy(leaf, target, eps, ignore_index=PAD).backward()
+    check_close(got.inputs[0], leaf.grad, name="the gradient with respect to the logits",
+                atol=1e-5)  # fmt: skip
+
+
+@pytest.mark.points(1, cell="check_label_smoothing")
+@pytest.mark.forbid(*CROSS_ENTROPY)
+def test_label_smoothing_other_shapes_and_ignore_index(student, rng):
+    ignore = draw(rng, 1, 3)
+    logits, target, eps = loss_inputs(rng, ignore_index=ignore, flat=True)
+    got = student.label_smoothed_cross_entropy(logits, target, eps, ignore_index=ignore)
+    want = key.label_smoothed_cross_entropy(logits, target, eps, ignore_index=ignore)
+    check_close(got, want, name=f"the loss of (N, V) logits with ignore_index={ignore}",
+                atol=1e-5)  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# Beam search (6)
+# --------------------------------------------------------------------------------------------
+
+
+def beam_setup(student, rng, *, V=None, eos_shift=None):
+    """The book's Transformer with drawn weights: ``ref`` here (float64), the same in the worker;
+    sources with padding."""
+    from course_lib.models import create
+
+    V = V or draw(rng, 6, 8)
+    overrides = dict(src_vocab_size=draw(rng, 6, 10), tgt_vocab_size=V, d_model=8, num_heads=2,
+                     num_encoder_layers=1, num_decoder_layers=draw(rng, 1, 2), d_ff=12,
+                     share_embeddings=False, tie_embeddings=False, fused_attn=False)  # fmt: skip
+    model = create("transformer-tiny", **overrides)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(1.2 * torch.randn(p.shape, generator=rng))  # peaked: the search matters
+            if "norm" in name and name.endswith("weight"):
+                p.abs_().add_(0.5)  # no gain near zero (shift_logit divides by it)
+    shift_logit(model, PAD, -1e4)  # [PAD] only after a hypothesis ends
+    shift = (
+        float(torch.empty(()).uniform_(-1.0, 2.5, generator=rng))
+        if eos_shift is None
+        else eos_shift
+    )
+    shift_logit(model, EOS, shift)
+    # the preset's factory, looked up in the worker (whose sandbox lists no package folders)
+    factory = student.build("course_lib.models.transformer.PRESETS.get", "transformer-tiny")
+    mine = factory(**overrides)
+    mine.load_state_dict(model.state_dict())
+    mine.double()
+    mine.eval()
+    B, S = draw(rng, 2, 4), draw(rng, 3, 6)
+    src = torch.randint(3, overrides["src_vocab_size"], (B, S), generator=rng)
     src = src.masked_fill(~padding(rng, B, S), PAD)
-    tgt_in = torch.randint(3, sizes["tgt_vocab_size"], (B, T), generator=rng)
-    tgt_in[:, 0] = BOS
-    return src, tgt_in
+    return model.double().eval(), mine, src
 
 
-@pytest.mark.points(1, cell="check_transformer")
-def test_transformer_logits(student, rng):
-    ref, mine, sizes = model_pair(student, rng)
-    src, tgt_in = seq_batch(rng, sizes)
-    out = mine(src, tgt_in)
-    assert isinstance(out, tuple) and len(out) == 2, "Transformer returns (logits, weights)"
-    with torch.no_grad():
-        check_close(out[0], ref(src, tgt_in), name="the logits tensor", atol=1e-4)
+def run_beam(student, mine, src, K, max_new):
+    out = student.beam_search(mine, src, beam_size=K, max_new_tokens=max_new)
+    assert isinstance(out, tuple) and len(out) == 2, "beam_search returns (tokens, scores)"
+    return out
 
 
-@pytest.mark.points(1, cell="check_transformer")
-def test_transformer_weights(student, rng):
-    ref, mine, sizes = model_pair(student, rng)
-    src, tgt_in = seq_batch(rng, sizes)
-    _, weights = mine(src, tgt_in)
-    with torch.no_grad():
-        _, want = ref(src, tgt_in, return_attn=True)
-    assert isinstance(weights, dict) and set(weights) >= set(want), (
-        f"the weights should be a dict with the keys {sorted(want)}"
-    )
-    for name, expected in want.items():
-        check_close(weights[name], expected, name=f'weights["{name}"]', atol=1e-5)
-
-
-@pytest.mark.points(1, cell="check_transformer")
-def test_transformer_ignores_source_padding(student, rng):
-    _, mine, sizes = model_pair(student, rng)
-    src, tgt_in = seq_batch(rng, sizes)
-    longer = torch.cat([src, torch.full((src.shape[0], draw(rng, 1, 3)), PAD)], dim=1)
-    first, _ = mine(src, tgt_in)
-    second, _ = mine(longer, tgt_in)
-    check_close(
-        second, first, name="the logits tensor when the source gets extra padding", atol=1e-5
-    )
-    check_not_constant(first, name="the logits tensor", what="the source and target tokens")
-
-
-@pytest.mark.points(1, cell="check_transformer")
-def test_transformer_is_causal(student, rng):
-    _, mine, sizes = model_pair(student, rng)
-    src, tgt_in = seq_batch(rng, sizes)
-    t = draw(rng, 1, tgt_in.shape[1] - 1)
-    changed = tgt_in.clone()
-    changed[:, t:] = torch.randint(3, sizes["tgt_vocab_size"], changed[:, t:].shape, generator=rng)
-    first, _ = mine(src, tgt_in)
-    second, _ = mine(src, changed)
-    check_close(second[:, :t], first[:, :t], name=f"the logits tensor before position {t} "
-                "when later target tokens change", atol=1e-5)  # fmt: skip
-    check_not_constant(first, name="the logits tensor", what="the source and target tokens")
-
-
-def shift_logit(ref: Transformer, token: int, delta: float) -> None:
-    """Add exactly ``delta`` to every logit of ``token``.
-
-    The decoder's output is y = gamma * z + beta (its last LayerNorm), where each z sums to 0.
-    With beta = gamma, the row u = 1 / gamma gives u . y = sum(z) + C = C for every token, so
-    adding delta * u / C to the token's row of the output projection shifts that logit by delta.
-    """
-    norm = ref.decoder_layers[-1].norm3
-    with torch.no_grad():
-        norm.bias.copy_(norm.weight)
-        ref.out_proj.weight[token] += delta / norm.weight / norm.weight.numel()
-
-
-def telling(want: torch.Tensor) -> bool:
-    """Greedy outputs on which the usual mistakes show: a sequence ends with [EOS] while another
-    goes on (so [PAD] follows an [EOS], and stopping at the first [EOS] is too early), and a
-    sequence changes token before its end (so the arg-max of a fixed position is wrong)."""
-    is_eos = want == EOS
-    ended_early = (is_eos[:, :-1]).any()
-    moves = ((want != want[:, :1]) & (want[:, :1] != EOS)).any()
-    return bool(ended_early and moves and want.shape[1] >= 3)
-
-
-def telling_model(student, rng):
-    """A reference model (float64) and sources whose greedy decoding is ``telling``: [PAD] is
-    never predicted (it appears only after [EOS]) and [EOS] is shifted until some sequences end
-    early and others late. Asserts that the search succeeded."""
-    for _ in range(20):
-        ref, mine, sizes = model_pair(student, rng, dtype=torch.float64)
-        src, _ = seq_batch(rng, sizes)
-        src = torch.cat([src, src.flip(0)])  # a few more sequences
-        max_new = draw(rng, 5, 8)
-        shift_logit(ref, PAD, -1e4)
-        start = {k: v.clone() for k, v in ref.state_dict().items()}
-        for delta in (0.0, 0.5, -0.5, 1.0, -1.0, 1.5, -1.5, 2.0, -2.0, 3.0, -3.0, 4.0, 5.0):
-            ref.load_state_dict(start)
-            shift_logit(ref, EOS, delta)
-            want = ref.greedy_decode(src, max_new_tokens=max_new)
-            if telling(want):
-                mine.load_state_dict(ref.state_dict())
-                return ref, mine, src, max_new, want
-    raise AssertionError("the test found no model whose greedy decoding ends at different steps")
-
-
-@pytest.mark.points(2, cell="check_greedy_decode")
-def test_greedy_decode_matches_reference(student, rng):
-    _, mine, src, max_new, want = telling_model(student, rng)
-    tokens = student.greedy_decode(mine, src, max_new)
+def same_tokens(tokens, want, what):
     assert isinstance(tokens, torch.Tensor) and tokens.shape == want.shape, (
-        f"tokens of shape {tuple(getattr(tokens, 'shape', ()))}, expected {tuple(want.shape)}"
+        f"{what}: tokens of shape {tuple(getattr(tokens, 'shape', ()))}, expected "
+        f"{tuple(want.shape)} (B, K, T)"
     )
     assert torch.equal(tokens.long(), want), (
-        f"the greedy tokens differ from the reference's:\n{tokens.tolist()}\nexpected\n"
+        f"{what}: the hypotheses differ from the reference's:\n{tokens.tolist()}\nexpected\n"
         f"{want.tolist()}"
     )
 
 
-@pytest.mark.points(1, cell="check_greedy_decode")
-def test_greedy_decode_stopping(student, rng):
-    ref, mine, sizes = model_pair(student, rng, dtype=torch.float64)
-    src, _ = seq_batch(rng, sizes)
+@pytest.mark.points(2, cell="check_beam_search")
+@pytest.mark.forbid(*REFERENCE_DECODING)
+def test_beam_search_hypotheses(student, rng):
+    ref, mine, src = beam_setup(student, rng)
+    K, max_new = draw(rng, 2, 4), draw(rng, 3, 5)
+    want, _ = key.beam_search(ref, src, beam_size=K, max_new_tokens=max_new)
+    tokens, _ = run_beam(student, mine, src, K, max_new)
+    same_tokens(tokens, want, f"beam_size={K}, max_new_tokens={max_new}")
+
+
+@pytest.mark.points(1, cell="check_beam_search")
+@pytest.mark.forbid(*REFERENCE_DECODING)
+def test_beam_search_scores(student, rng):
+    ref, mine, src = beam_setup(student, rng)
+    K, max_new = draw(rng, 2, 4), draw(rng, 3, 5)
+    want_tokens, want = key.beam_search(ref, src, beam_size=K, max_new_tokens=max_new)
+    tokens, scores = run_beam(student, mine, src, K, max_new)
+    same_tokens(tokens, want_tokens, f"beam_size={K}, max_new_tokens={max_new}")
+    assert isinstance(scores, torch.Tensor), "the scores should be a tensor (B, K)"
+    check_close(scores.double(), want, name="the scores (summed log-probabilities)", atol=1e-6)
+
+
+@pytest.mark.points(1, cell="check_beam_search")
+@pytest.mark.forbid(*REFERENCE_DECODING)
+def test_beam_search_as_wide_as_every_prefix(student, rng):
+    V = draw(rng, 4, 5)
+    max_new = 3 if V == 4 else 2
+    ref, mine, src = beam_setup(student, rng, V=V)
+    K = (V - 1) ** max_new  # the search is exhaustive (tests/course/test_a3_key.py)
+    want, _ = key.beam_search(ref, src, beam_size=K, max_new_tokens=max_new)
+    tokens, _ = run_beam(student, mine, src, K, max_new)
+    same_tokens(tokens, want, f"an exhaustive search (beam_size={K}, max_new_tokens={max_new})")
+
+
+@pytest.mark.points(1, cell="check_beam_search")
+@pytest.mark.forbid(*REFERENCE_DECODING)
+def test_beam_search_without_eos(student, rng):
+    ref, mine, src = beam_setup(student, rng, eos_shift=-1e4)
+    K, max_new = draw(rng, 2, 3), draw(rng, 2, 4)
+    want, _ = key.beam_search(ref, src, beam_size=K, max_new_tokens=max_new)
+    tokens, _ = run_beam(student, mine, src, K, max_new)
+    same_tokens(tokens, want, f"hypotheses that never emit [EOS] (max_new_tokens={max_new})")
+
+
+@pytest.mark.points(1, cell="check_beam_search")
+@pytest.mark.forbid(*REFERENCE_DECODING)
+def test_beam_search_one_beam(student, rng):
+    ref, mine, src = beam_setup(student, rng)
     max_new = draw(rng, 3, 6)
-    shift_logit(ref, PAD, -1e4)
-    shift_logit(ref, EOS, -1e4)  # never [EOS]
-    mine.load_state_dict(ref.state_dict())
-    want = ref.greedy_decode(src, max_new_tokens=max_new)
-    tokens = student.greedy_decode(mine, src, max_new)
-    assert isinstance(tokens, torch.Tensor) and tokens.shape == want.shape, (
-        f"without [EOS] greedy_decode should produce max_new_tokens={max_new} tokens per "
-        f"sequence, got shape {tuple(getattr(tokens, 'shape', ()))}"
-    )
-    assert torch.equal(tokens.long(), want), (
-        f"without [EOS], the greedy tokens differ from the reference's:\n{tokens.tolist()}\n"
-        f"expected\n{want.tolist()}"
-    )
-    shift_logit(ref, EOS, 2e4)  # always [EOS] first (the shifts add up to +1e4)
-    mine.load_state_dict(ref.state_dict())
-    tokens = student.greedy_decode(mine, src, max_new)
-    assert isinstance(tokens, torch.Tensor) and tokens.shape == (src.shape[0], 1), (
-        "when every sequence emits [EOS] first, greedy_decode should stop and return a (B, 1) "
-        f"tensor of [EOS], got {getattr(tokens, 'tolist', lambda: tokens)()}"
-    )
-    assert torch.all(tokens == EOS), f"expected a (B, 1) tensor of [EOS], got {tokens.tolist()}"
+    want, want_scores = key.beam_search(ref, src, beam_size=1, max_new_tokens=max_new)
+    tokens, scores = run_beam(student, mine, src, 1, max_new)
+    same_tokens(tokens, want, f"beam_size=1, max_new_tokens={max_new}")
+    check_close(scores.double(), want_scores, name="the scores with beam_size=1", atol=1e-6)
