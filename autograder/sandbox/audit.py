@@ -478,7 +478,7 @@ def refuse_compilers() -> None:
     jit.CompilationUnit = _refuse("TorchScript compilation")
     jit._recursive.create_script_module = _refuse("TorchScript compilation")
     refused = _Refused("TorchScript compilation")
-    for module in (jit._state, jit._trace, jit._recursive):
+    for module in (jit._trace, jit._recursive):  # jit._state's stays: C++ reads it (optimizers)
         module._python_cu = refused
 
 

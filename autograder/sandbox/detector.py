@@ -63,9 +63,9 @@ COMPILERS = (
     "_create_function_from_trace_with_dict", "import_ir_module", "import_ir_module_from_buffer",
     "_import_ir_module_from_package", "_dispatch_library", "_create_module_with_type",
 )  # fmt: skip
-for _name in COMPILERS:
-    if hasattr(_C, _name):
-        UNWATCHABLE[id(getattr(_C, _name))] = f"torch._C.{_name} (compiled or registered code)"
+_KEEP = [getattr(_C, _name) for _name in COMPILERS if hasattr(_C, _name)]  # ids stay theirs
+for _name, _original in zip([n for n in COMPILERS if hasattr(_C, n)], _KEEP):
+    UNWATCHABLE[id(_original)] = f"torch._C.{_name} (compiled or registered code)"
 
 
 def _own_codes(func: Any) -> list[types.CodeType]:
