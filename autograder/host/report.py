@@ -221,6 +221,62 @@ def md_block(text: str, indent: str = "") -> list[str]:
     return [indent + fence] + [indent + line for line in lines] + [indent + fence]
 
 
+# -- Hidden-test messages: what is wrong and where, never the expected values -------------------
+
+_EXPECTED = re.compile(r"\b(expected|should be|wanted|largest difference)(:?\s*)", re.I)
+_SHAPE_WORDS = ("shape", "dimension", "size", "dims", "ndim")
+HIDDEN_VALUE = "[not shown]"
+
+
+def _value_end(text: str, start: int) -> int:
+    """Where the value that starts at ``text[start]`` ends: a bracketed group (nested), a quoted
+    string, or a number; ``start`` if none starts there."""
+    if start >= len(text):
+        return start
+    head = text[start]
+    if head in "([{":
+        depth = 0
+        for i in range(start, min(len(text), start + 100_000)):
+            if text[i] in "([{":
+                depth += 1
+            elif text[i] in ")]}":
+                depth -= 1
+                if depth == 0:
+                    return i + 1
+        return len(text)
+    if head in "'\"":
+        end = text.find(head, start + 1)
+        return end + 1 if end > 0 else len(text)
+    match = re.match(
+        r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?%?(?: ?\(\+/- [^)]*\))?", text[start:]
+    )
+    return start + match.end() if match else start
+
+
+def hide_expected(message: str) -> str:
+    """A hidden test's failure message without the values it expected (``expected 0.731``,
+    ``expected [5, 17]``, ``largest difference 0.2``): a student who resubmits must not harvest
+    the answer key from the feedback. Shapes stay (``expected (2, 3, 8)`` after "shape"), and
+    so do the test's words: what is wrong, and where."""
+    out, pos = [], 0
+    for match in _EXPECTED.finditer(message):
+        if match.start() < pos:
+            continue
+        start = match.end()
+        while start < len(message) and message[start] in " \n":
+            start += 1
+        end = _value_end(message, start)
+        quoted = end > start and message[start] in "'\""
+        if end == start or not (quoted or any(c.isdigit() for c in message[start:end])):
+            continue
+        before = message[max(0, match.start() - 60) : match.start()].lower()
+        if not quoted and any(word in before for word in _SHAPE_WORDS):
+            continue
+        out.append(message[pos:start] + HIDDEN_VALUE)
+        pos = end
+    return "".join(out) + message[pos:]
+
+
 def feedback_markdown(assignment: str, row: dict) -> str:
     lines = [
         f"# {md_text(assignment)}: feedback for {md_text(row['student'], 120)}",
@@ -252,7 +308,7 @@ def feedback_markdown(assignment: str, row: dict) -> str:
             )
             if result["message"]:
                 lines.append("")
-                lines.extend(md_block(result["message"], indent="  "))
+                lines.extend(md_block(hide_expected(result["message"]), indent="  "))
         lines.append("")
     if row["notes"]:
         lines += ["## Notes", ""] + [f"- {md_text(note)}" for note in row["notes"][:40]] + [""]
@@ -267,7 +323,7 @@ def _truncate(text: str, limit: int = 20_000) -> str:
 def gradescope_results(row: dict) -> dict:
     tests = []
     for result in row["tests"].values():
-        output = result["message"]
+        output = hide_expected(result["message"])
         if result.get("output") and result["status"] != "passed":
             output += "\n\nyour code printed:\n" + result["output"]
         tests.append(

@@ -27,7 +27,7 @@ import nbformat
 
 from autograder.course.layout import Course
 from autograder.course.notebook import clean_text
-from autograder.host.report import md_text
+from autograder.host.report import hide_expected, md_text
 
 _SCRIPT_URL = re.compile(r"(?i)\b(java|vb|live)(\s*)(script)(\s*):")
 
@@ -113,7 +113,7 @@ def autograded_notebook(release_path: Path, row: dict, student_cells: dict[str, 
                     lines.append(
                         f"{mark}  {result['nodeid']}  {result['points']:g}/{result['max_points']:g}"
                     )
-                    message = clean_text(result["message"])
+                    message = clean_text(hide_expected(result["message"]))
                     lines += ["    " + m[:300] for m in message.splitlines()[:20]]
                 if lines:
                     text = "Hidden tests for this cell:\n" + "\n".join(lines) + "\n"

@@ -37,6 +37,11 @@ _TRACEBACK = BaseException.__dict__["__traceback__"]  # the C slot, not a proper
 _TYPE_NAME = type.__dict__["__name__"]
 
 
+# Load notes reach the student's feedback: a few short lines, so that load-time code cannot dump
+# what the worker holds (a reference's bytecode) into them.
+MAX_LOAD_NOTES = 5
+
+
 class _Missing(NameError):
     """The test asked for a name the notebook does not define (not a NameError raised inside
     the student's code)."""
@@ -136,7 +141,7 @@ class Server:
     # -- loading ---------------------------------------------------------------------------
 
     def op_load(self, msg: dict) -> dict:
-        notes = []
+        notes, failed = [], 0
         with open("submission.py", "w", encoding="utf-8") as f:
             for label, source, _keep in msg["chunks"]:
                 f.write(f"# ---- {label} ----\n{source}\n")
@@ -154,7 +159,13 @@ class Server:
                     exec(code, self.module.__dict__)
                 except BaseException as error:  # noqa: B036
                     info = self._describe(error)
-                    notes.append(f"{label}, line {stmt.lineno}: {info['type']}: {info['message']}")
+                    failed += 1
+                    if failed <= MAX_LOAD_NOTES:  # one short line each: no room for a dump
+                        first = (info["message"].strip().splitlines() or [""])[0]
+                        first = first if len(first) <= 160 else first[:159] + "…"
+                        notes.append(f"{label}, line {stmt.lineno}: {info['type'][:60]}: {first}")
+        if failed > MAX_LOAD_NOTES:
+            notes.append(f"... and {failed - MAX_LOAD_NOTES} more statements that failed to load")
         names = {
             k: type(v).__name__ for k, v in self.module.__dict__.items() if not k.startswith("__")
         }

@@ -364,3 +364,31 @@ def test_only_the_solution_cells_are_graded_and_departures_reported(graded):
 def test_check_close_refuses_complex_values(graded):
     tests = graded["rows"]["complex_nan"]["tests"]
     assert "complex" in tests["test_fx_attention.py::test_attention_values"]["message"]
+
+
+# -- issue 28: the answer key does not reach the student ------------------------------------------
+
+
+def test_feedback_states_no_expected_values(graded):
+    """A student with immediate feedback cannot harvest the hidden tests' expected values: the
+    messages say what is wrong and where (and name a known mistake), not the numbers."""
+    import re
+
+    row = graded["rows"]["cheat_allclose_toplevel"]  # zeros: wrong values, no known mistake
+    folder = graded["out"] / "feedback" / row["id"]
+    pages = [(folder / "feedback.md").read_text(), (folder / "results.json").read_text()]
+    autograded = graded["root"] / "grading" / "autograded" / row["id"] / corpus.ASSIGNMENT
+    pages.append((autograded / corpus.NOTEBOOK).read_text())
+    for page in pages:
+        assert "[not shown]" in page
+        assert not re.search(r"expected -?\d", page), page[:2000]
+        assert not re.search(r"largest difference -?\d", page)
+    assert "divided by D" in _feedback(graded, graded["rows"]["wrong_scale"])  # still named
+
+
+def test_load_notes_cannot_carry_a_dump(graded):
+    row = graded["rows"]["dis_in_load_notes"]
+    notes = [n for n in row["notes"] if "while loading" in n]
+    assert notes and all(len(n) < 300 for n in notes)
+    assert "LOAD_" not in _feedback(graded, row)
+
