@@ -272,12 +272,15 @@ def assemble(student: list[Cell], release: list[Cell]) -> tuple[list[CodeChunk],
             chunks.append(CodeChunk(f"provided cell {ref.index}", ref.source, "release"))
             continue
         copies = by_id.get(gid, [])
+        # a copy pasted and retyped (JupyterLab keeps the metadata) must not displace the cell
+        # whose type matches the release: that one counts, the first of them if several
+        matching = [c for c in copies if c.cell_type == ref.cell_type]
         if len(copies) > 1:
             notes.append(
                 f"grade_id {gid!r} appears more than once (duplicated cell): only the first "
-                "copy counts"
+                f"{ref.cell_type} cell with it counts"
             )
-        mine = copies[0] if copies else None
+        mine = matching[0] if matching else (copies[0] if copies else None)
         if mine is not None and mine.cell_type != "code":
             notes.append(
                 f"cell {gid!r} was changed from a code cell to {mine.cell_type}: its content "
@@ -328,29 +331,62 @@ def review_cells(student: list[Cell], release: list[Cell]) -> dict[str, list]:
 
     ``extra``: code cells with code that are not release cells (no known ``grade_id`` and not
     equal to a metadata-less release cell); ``duplicated``: grade_ids present more than once;
-    ``retyped``: grade_ids whose cell type differs from the release's.
+    ``retyped``: grade_ids none of whose cells has the release's cell type.
     """
     known = {c.nbgrader["grade_id"]: c for c in release if c.nbgrader.get("grade_id")}
     plain = {c.source.strip() for c in release if not c.nbgrader.get("grade_id")}
     counts: dict[str, int] = {}
-    extra, retyped = [], []
+    types: dict[str, set[str]] = {}
+    extra = []
     for cell in student:
         gid = cell.nbgrader.get("grade_id")
         if gid in known:
             counts[gid] = counts.get(gid, 0) + 1
-            if counts[gid] == 1 and cell.cell_type != known[gid].cell_type:
-                retyped.append(gid)
+            types.setdefault(gid, set()).add(cell.cell_type)
         elif cell.cell_type == "code" and cell.source.strip() and cell.source.strip() not in plain:
             if not _only_comments(cell.source):
                 extra.append(cell)
     duplicated = sorted(g for g, n in counts.items() if n > 1)
+    retyped = [g for g in counts if known[g].cell_type not in types[g]]  # no copy kept its type
     return {"extra": extra, "duplicated": duplicated, "retyped": retyped}
+
+
+# Characters that make code or text read differently from what it is (Trojan Source: the
+# bidirectional controls) or hide it (zero-width): flagged for graders, never removed.
+INVISIBLE = frozenset(
+    "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+    "\u200b\u200c\u200d\u2060\ufeff"
+)
+
+
+def invisible_characters(student: list[Cell], release: list[Cell]) -> tuple[list[int], set[str]]:
+    """The student's cells (solution cells and added cells) holding bidirectional controls or
+    zero-width characters that the release's cell does not hold, and which characters."""
+    known = {c.nbgrader["grade_id"]: c for c in release if c.nbgrader.get("grade_id")}
+    cells, found = [], set()
+    for cell in student:
+        ref = known.get(cell.nbgrader.get("grade_id"))
+        if ref is not None and cell_role(ref.nbgrader) != "solution":
+            continue  # restored from the release, or not the student's text
+        here = {ch for ch in cell.source if ch in INVISIBLE}
+        here -= set(ref.source) if ref is not None else set()
+        if here:
+            cells.append(cell.index)
+            found |= here
+    return cells, found
 
 
 def review(student: list[Cell], release: list[Cell]) -> list[str]:
     """One line per departure from the release (see :func:`review_cells`)."""
     found = review_cells(student, release)
     flags = []
+    cells, chars = invisible_characters(student, release)
+    if cells:
+        names = ", ".join(f"U+{ord(c):04X}" for c in sorted(chars))
+        flags.append(
+            f"bidirectional or zero-width characters in cells {', '.join(map(str, cells[:10]))} "
+            f"({names}): what a grader reads may not be what runs"
+        )
     if found["extra"]:
         cells = ", ".join(str(c.index) for c in found["extra"][:10])
         flags.append(f"extra code cells not graded: {cells}")

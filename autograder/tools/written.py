@@ -11,11 +11,11 @@ its "Written answers" entry.
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
 
-import nbformat
-
 from autograder.course.layout import Course
+from autograder.course.notebook import NotebookError, read_notebook
 
 STYLE = (
     "body{font-family:sans-serif;max-width:50em;margin:2em auto;line-height:1.45}"
@@ -24,12 +24,29 @@ STYLE = (
 )
 
 
+_URL_ATTRIBUTE = re.compile(r'\b(href|src)="([^"]*)"', re.I)
+_SAFE_SCHEMES = ("http://", "https://", "mailto:", "#")
+
+
+def _inert_urls(page: str) -> str:
+    """Links and images keep only web, mail, fragment and relative URLs: whatever the Markdown
+    renderer lets through, no ``javascript:`` (however encoded) reaches the grader's browser."""
+
+    def fix(match: re.Match) -> str:
+        bare = "".join(c for c in html.unescape(match.group(2)) if c > " ").lower()
+        relative = ":" not in bare.split("/", 1)[0]
+        keep = bare.startswith(_SAFE_SCHEMES) or relative
+        return f'{match.group(1)}="{match.group(2) if keep else "#"}"'
+
+    return _URL_ATTRIBUTE.sub(fix, page)
+
+
 def _markdown(text: str) -> str:
     try:
         import mistune
     except ImportError:  # nbconvert's dependency; plain text if it is missing
         return f"<pre>{html.escape(text)}</pre>"
-    return mistune.create_markdown(escape=True)(text)
+    return _inert_urls(mistune.create_markdown(escape=True)(text))
 
 
 def _cell_html(cell: dict) -> str:
@@ -37,10 +54,13 @@ def _cell_html(cell: dict) -> str:
         return _markdown(cell.get("source", ""))
     parts = [f"<pre>{html.escape(cell.get('source', ''))}</pre>"]
     for out in cell.get("outputs", []):
-        text = out.get("text") or out.get("data", {}).get("text/plain", "")
+        if not isinstance(out, dict):
+            continue
+        data = out.get("data") if isinstance(out.get("data"), dict) else {}
+        text = out.get("text") or data.get("text/plain", "")
         if isinstance(text, list):
-            text = "".join(text)
-        if text:
+            text = "".join(t for t in text if isinstance(t, str))
+        if isinstance(text, str) and text:
             parts.append(f"<pre>{html.escape(text[:5000])}</pre>")
     return "\n".join(parts)
 
@@ -57,15 +77,17 @@ def answers(course: Course, assignment: str, folder: Path) -> list[dict]:
         path = sub.notebooks.get(cell.notebook)
         answer = None
         if path is not None:
-            try:
-                nb = nbformat.read(path, as_version=4)
-                for student_cell in nb.cells:
-                    meta = student_cell.get("metadata", {}).get("nbgrader", {})
-                    if meta.get("grade_id") == cell.grade_id:
-                        answer = dict(student_cell)
-                        break
-            except Exception:  # unreadable notebook: the autograded report says why
-                answer = None
+            try:  # the grader's bounded reader: no link, device, FIFO or oversized file
+                read = read_notebook(path)
+            except NotebookError:  # unreadable notebook: the autograded report says why
+                read = None
+            for student_cell in read.cells if read else []:
+                if student_cell.nbgrader.get("grade_id") == cell.grade_id:
+                    raw = read.raw["cells"][student_cell.index]
+                    outputs = raw.get("outputs") if isinstance(raw.get("outputs"), list) else []
+                    answer = {"cell_type": student_cell.cell_type,
+                              "source": student_cell.source, "outputs": outputs}  # fmt: skip
+                    break
         found.append(
             {"grade_id": cell.grade_id, "notebook": cell.notebook, "points": cell.points,
              "cell": answer}

@@ -153,3 +153,35 @@ def test_wall_limit_stops_a_submission_and_says_so(course, tmp_path):
     assert any("total time limit" in m for m in messages)
     assert "time limit" in row["reason"]  # a timed-out row says so
     assert row["seconds"] < 60
+
+
+def test_written_reads_through_the_bounded_reader_and_renders_links_inert(course, tmp_path):
+    """Issue 28: a link to a device or a FIFO is refused (no hang, no memory run-out), and a
+    written answer's ``javascript:`` link, however encoded, is not live."""
+    import os
+
+    from autograder.course.layout import Course
+    from autograder.tools.written import write_all
+
+    release = course / "assignments" / corpus.ASSIGNMENT / corpus.NOTEBOOK
+    submitted = tmp_path / "submitted"
+    for name, target in (("zero", "/dev/zero"), ("fifo", None), ("links", "")):
+        folder = submitted / name / corpus.ASSIGNMENT
+        folder.mkdir(parents=True)
+        if target:
+            (folder / corpus.NOTEBOOK).symlink_to(target)
+        elif target is None:
+            os.mkfifo(folder / corpus.NOTEBOOK)
+        else:
+            nb = nbformat.read(release, as_version=4)
+            for cell in nb.cells:
+                if cell.metadata.get("nbgrader", {}).get("grade_id") == "explain_scaling":
+                    cell.source = "[a](javascript&#58;alert(1)) [b](JaVaScRiPt:alert(2))"
+            nbformat.write(nb, folder / corpus.NOTEBOOK)
+    out = tmp_path / "written"
+    assert write_all(Course(course), corpus.ASSIGNMENT, submitted, out) == 3
+    page = (out / "links.html").read_text().lower()
+    assert "javascript" not in page.replace("javascript&amp;#58;", "")
+    assert 'href="javascript' not in page
+    for name in ("zero", "fifo"):
+        assert "no answer found" in (out / f"{name}.html").read_text()

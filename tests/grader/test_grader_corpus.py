@@ -334,7 +334,8 @@ def test_messages_cannot_forge_or_run_in_what_people_see(graded):
     html = root / "grading" / "feedback" / row["id"] / corpus.ASSIGNMENT / "fx_attention.html"
     page = html.read_text()
     assert "ag-xss" in page  # rendered, as text
-    for payload in ("<script>alert('ag-", "<img src=x onerror", 'href="javascript:'):
+    for payload in ("<script>alert('ag-", "<img src=x onerror", 'href="javascript:',
+                    "onerror=alert('ag-width')"):  # fmt: skip
         assert payload.lower() not in page.lower(), payload  # shown as text, never live
     fence = None  # in feedback.md the payload may appear only inside a code block
     for line in pages[0].splitlines():
@@ -392,3 +393,12 @@ def test_load_notes_cannot_carry_a_dump(graded):
     assert notes and all(len(n) < 300 for n in notes)
     assert "LOAD_" not in _feedback(graded, row)
 
+
+def test_graders_see_what_departs_from_the_release(graded):
+    rows = graded["rows"]
+    assert any("bidirectional or zero-width" in f and "U+202E" in f
+               for f in rows["trojan_source"]["flags"])  # fmt: skip
+    assert not any("bidirectional" in f for f in rows["reference"]["flags"])
+    flags = rows["retyped_copy_first"]["flags"]  # the code cell counted; the copy is flagged
+    assert any("duplicated grade_id" in f for f in flags)
+    assert not any("changed cell type" in f for f in flags)
