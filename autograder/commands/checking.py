@@ -65,18 +65,20 @@ def fairness(args: argparse.Namespace, course: Course) -> int:
     limits=True,
 )
 def mutants(args: argparse.Namespace, course: Course) -> int:
-    from autograder.tools.mutants import catalogued, mutants, overview
+    from autograder.host.pool import Runners
+    from autograder.tools.mutants import catalogued, mutants, overview, skipping
 
     names = catalogued(course) if args.all else args.assignments
     if not names or (args.out and len(names) > 1):
         raise SetupError("mutants: name one or more assignments, or --all (--out only with one)")
     options, status, outs = trusted_options(args), 0, []
-    for name in names:
-        out = Path(args.out) if args.out else course.grading_dir / f"mutants-{name}.json"
-        status |= mutants(
-            course, name, options, out, names=args.names, strict=args.strict, every=args.every
-        )
-        outs.append((name, out))
+    suites = [course.suite_dir(name) for name in names]
+    with skipping(), Runners(course, options, suites) as runners:  # warm runners for them all
+        for name in names:
+            out = Path(args.out) if args.out else course.grading_dir / f"mutants-{name}.json"
+            status |= mutants(course, name, options, out, names=args.names, strict=args.strict,
+                              every=args.every, runners=runners)  # fmt: skip
+            outs.append((name, out))
     if len(outs) > 1:
         overview(outs)
     return status

@@ -365,6 +365,9 @@ class Grader:
             }
             for i, row in enumerate(rows)
         ]
+        for run in runs:  # left by an earlier batch of this grader: results are appended
+            for key in ("results_path", "session_path", "reply_path"):
+                Path(run[key]).unlink(missing_ok=True)
         reply = self.pool.call(
             {
                 "op": "grade",

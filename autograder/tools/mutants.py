@@ -48,6 +48,7 @@ from autograder.course.notebook import keep_statement
 from autograder.host.grader import Grader
 from autograder.host.intake import Submission
 from autograder.host.options import Options
+from autograder.host.pool import Runners
 from autograder.tools.authoring import (
     AuthoringError,
     kind_of,
@@ -58,6 +59,13 @@ from autograder.tools.authoring import (
 )
 
 TOLERANCE = 1e-6
+SKIP = {"check_train_vit"}  # checks of a trained model: the training cell is not run
+
+
+def skipping() -> contextlib.AbstractContextManager:
+    """The hidden tests of the ``SKIP`` cells pass without running (see plugin.py): no training.
+    Set before the runners start (they read it)."""
+    return mock.patch.dict(os.environ, {"AUTOGRADER_MUTANTS_SKIP_CELLS": ",".join(sorted(SKIP))})
 
 
 def load_catalogue(course: Course, name: str) -> dict[str, dict]:
@@ -151,22 +159,23 @@ def mutants(
     names: int = 3,
     strict: bool = False,
     every: int = 1,
+    runners: Runners | None = None,
 ) -> int:
+    """Grade ``name``'s catalogue (``runners``: warm runners shared with other assignments,
+    started under :func:`skipping`)."""
     import torch
 
     from autograder.tools.fairness import student_names
 
     catalogue = load_catalogue(course, name)
     source = to_notebook(source_path(course, name).read_text(encoding="utf-8"), name)
-    skip = {"check_train_vit"}  # checks of a trained model: the training cell is not run
+    skip = SKIP
     people = student_names(max(1, names))
     rows = []
-    # the hidden tests of the skipped cells pass without running (see plugin.py): no training
-    skipping = mock.patch.dict(os.environ, {"AUTOGRADER_MUTANTS_SKIP_CELLS": ",".join(skip)})
     with (
-        skipping,
+        skipping(),
         tempfile.TemporaryDirectory(prefix="mutants-") as tmp,
-        Grader(course, name, options) as g,
+        Grader(course, name, options, runners=runners) as g,
     ):
         release = list(g.release)
         subs, everyone = [], []
