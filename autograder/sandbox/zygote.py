@@ -168,6 +168,45 @@ def _seal_library() -> list[str]:
     return folders
 
 
+def _stub_references(stubs: dict[str, str]) -> None:
+    """Each embargoed reference's code replaced, in place, by one that raises ``message``: the
+    worker never holds the answer key, so there is nothing to delegate to or to dump. Functions
+    with a closure are replaced on their owner instead (their code cannot be swapped)."""
+    import builtins
+    import types
+
+    for dotted, text in stubs.items():
+        parts = dotted.split(".")
+        cut = next((c for c in range(len(parts) - 1, 0, -1)
+                    if ".".join(parts[:c]) in sys.modules), 0)  # fmt: skip
+        if not cut:
+            continue
+        owner: Any = sys.modules[".".join(parts[:cut])]
+        for attr in parts[cut:-1]:
+            owner = vars(owner).get(attr) if hasattr(owner, "__dict__") else None
+        raw = (
+            vars(owner).get(parts[-1]) if owner is not None and hasattr(owner, "__dict__") else None
+        )
+        func = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+        while isinstance(getattr(func, "__wrapped__", None), types.FunctionType):
+            func = func.__wrapped__
+        if not isinstance(func, types.FunctionType):
+            continue
+        code = func.__code__
+        source = f"def {code.co_name}(*args, **kwargs):\n    raise NotImplementedError({text!r})\n"
+        namespace: dict = {}
+        exec(compile(source, code.co_filename, "exec"), {"__builtins__": builtins}, namespace)
+        stub = namespace[code.co_name]
+        stub.__code__ = stub.__code__.replace(
+            co_qualname=code.co_qualname, co_firstlineno=code.co_firstlineno
+        )
+        if code.co_freevars:
+            stub.__qualname__, stub.__module__ = func.__qualname__, func.__module__
+            setattr(owner, parts[-1], stub)
+        else:
+            func.__code__ = stub.__code__
+
+
 def _enter_root(config: dict, report: dict) -> None:
     """Mount namespace mode: chroot into the allowlisted root; fallback: masks nothing, the audit
     hook polices paths."""
@@ -218,6 +257,7 @@ def _zygote_main(sock: socket.socket, config: dict) -> None:
             pass
     if config.get("seal_library", True):
         config["hide"] = [*config.get("hide", []), *_seal_library()]
+    _stub_references(config.get("stubs") or {})
     import torch
 
     from autograder.sandbox import detector

@@ -549,3 +549,41 @@ def test_forbidding_a_decorated_function_leaves_the_decorator_alone():
     codes = _own_codes(reference)
     assert reference.__wrapped__.__code__ in codes
     assert students.__code__ not in codes and students.__wrapped__.__code__ not in codes
+
+
+def test_embargoed_references_are_stubs_in_the_worker():
+    """Issue 28: the zygote replaces each embargoed reference's code in place, so the worker
+    holds no answer key to delegate to or to disassemble."""
+    import dis
+    import io
+    import sys
+    import types
+
+    from autograder.course.layout import PACKAGE_ROOT
+    from autograder.host.pool import reference_stubs
+    from autograder.sandbox.zygote import _stub_references
+
+    module = types.ModuleType("fake_reference_module")
+    exec(
+        "def ref(x):\n    return x + 12345\n\n"
+        "class Layer:\n    def forward(self, x):\n        return x * 6789\n",
+        module.__dict__,
+    )
+    sys.modules[module.__name__] = module
+    try:
+        held = module.ref  # a reference taken before: stubbed too (the code is swapped in place)
+        _stub_references({
+            "fake_reference_module.ref": "You implement this in A9.",
+            "fake_reference_module.Layer.forward": "You implement this in A9, part 2.",
+        })  # fmt: skip
+        with pytest.raises(NotImplementedError, match="in A9"):
+            held(1)
+        with pytest.raises(NotImplementedError, match="part 2"):
+            module.Layer().forward(1)
+        listing = io.StringIO()
+        dis.dis(held, file=listing)
+        assert "12345" not in listing.getvalue()
+    finally:
+        sys.modules.pop(module.__name__)
+    stubs = reference_stubs(PACKAGE_ROOT)  # the course's own schedule
+    assert stubs and all(text.startswith("You implement this in") for text in stubs.values())
