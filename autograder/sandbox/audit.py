@@ -160,7 +160,9 @@ def install_audit_hook(
             return "student"
         if name.startswith(own):
             return "grader"
-        if (name.startswith(libraries) or name.startswith("<frozen ")) and not inside(name):
+        if name.startswith("<frozen ") or (
+            name.startswith(libraries) and not name.startswith(root + "/")  # the work folder
+        ):
             return "library"
         return "student"
 

@@ -136,11 +136,44 @@ def default_allowlist(forbidden: list[str]) -> list[str]:
     return out
 
 
-def allowlist_root(allow: list[str], hide: list[str] = ()) -> str:
+def symlinks_on_the_way() -> list[tuple[str, str]]:
+    """``(link, target)`` for each symbolic link on the paths Python already uses (the
+    interpreter, its prefixes, ``sys.path``, the course library): a venv at ``/autograder/venv``
+    that is a link to the real one. The allowlist holds real paths; these links are recreated in
+    the new root so that the paths Python holds keep working."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("course_lib")
+    places = {sys.executable, sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path}
+    places.update((spec.submodule_search_locations or []) if spec else [])
+    found: dict[str, str] = {}
+    for place in places:
+        if not place or not os.path.isabs(place):
+            continue
+        parts = os.path.normpath(place).split("/")
+        for i in range(2, len(parts) + 1):
+            prefix = "/".join(parts[:i])
+            if os.path.islink(prefix):
+                found[prefix] = os.readlink(prefix)
+                break
+    return sorted(found.items())
+
+
+def _make_links(root: str, links: list[tuple[str, str]]) -> None:
+    for link, target in links:
+        if not os.path.lexists(root + link):
+            os.makedirs(os.path.dirname(root + link), mode=0o755, exist_ok=True)
+            os.symlink(target, root + link)
+
+
+def allowlist_root(
+    allow: list[str], hide: list[str] = (), links: list[tuple[str, str]] = ()
+) -> str:
     """Build the new root and ``chroot`` into it (call in a private mount namespace, as root).
 
     Everything readable afterwards is ``allow`` (read-only), ``/proc``, a few devices and empty
-    ``/tmp``, ``/var/tmp``, ``/dev/shm`` folders that each worker covers with its own tmpfs.
+    ``/tmp``, ``/var/tmp``, ``/dev/shm`` folders that each worker covers with its own tmpfs, and
+    the symbolic ``links`` (:func:`symlinks_on_the_way`).
     """
     mount("none", "/", None, MS_REC | MS_PRIVATE, None)
     sources = {}
@@ -159,13 +192,14 @@ def allowlist_root(allow: list[str], hide: list[str] = ()) -> str:
         if os.path.isdir(root + path):
             flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
             mount("tmpfs", root + path, "tmpfs", flags, "size=4k,mode=000")
+    _make_links(root, list(links))
     mount(None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=1m,mode=755")
     os.chroot(root)
     os.chdir("/")
     return root
 
 
-def private_tmp(keep: list[str] = ()) -> None:
+def private_tmp(keep: list[str] = (), links: list[tuple[str, str]] = ()) -> None:
     """In the worker's own mount and IPC namespaces: fresh tmpfs on /tmp, /var/tmp and /dev/shm
     (gone with the namespaces when the worker ends). Allowlisted paths that live inside one of
     them (a clone and its .venv under /tmp) are bound again, read-only, over the fresh tmpfs."""
@@ -182,6 +216,7 @@ def private_tmp(keep: list[str] = ()) -> None:
             mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=256m,mode=1777")
     for path, fd in held.items():
         _bind(fd, path, readonly=True)
+    _make_links("", [(k, t) for k, t in links if any(k.startswith(p + "/") for p in PRIVATE)])
 
 
 def _bind(fd: int, target: str, readonly: bool) -> None:

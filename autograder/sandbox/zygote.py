@@ -215,8 +215,9 @@ def _enter_root(config: dict, report: dict) -> None:
         return
     allow = list(config.get("allow") or namespaces.default_allowlist([PACKAGE_DIR]))
     masks = [os.path.realpath(p) for p in [*config.get("hide", []), PACKAGE_DIR]]
-    namespaces.allowlist_root(allow, masks)
-    report["allowlist"] = allow
+    links = namespaces.symlinks_on_the_way()  # e.g. a venv reached through a link
+    namespaces.allowlist_root(allow, masks, links)
+    report["allowlist"], report["links"] = allow, links
     report["filesystem"] = (
         f"mount namespace, read-only allowlisted root ({len(allow)} paths), private /tmp, "
         "/var/tmp, /dev/shm per worker"
@@ -396,7 +397,7 @@ def _worker_main(sock: socket.socket, config: dict, report: dict, uid: int | Non
     cwd = os.path.join(config["scratch"], f"w{os.getpid()}")
     if report["mount_ns"]:
         # no fallback to a shared /tmp: failing here fails the worker
-        namespaces.private_tmp(report.get("allowlist", []))
+        namespaces.private_tmp(report.get("allowlist", []), report.get("links", []))
         cwd = "/tmp/submission"
     os.makedirs(cwd, mode=0o700, exist_ok=True)
     limits.apply_worker_limits(config["limits"])

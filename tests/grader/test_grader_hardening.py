@@ -154,3 +154,38 @@ def test_unix_socket_pair_is_not_a_route_around_the_limits():
         b.sendall(protocol.HEADER.pack(protocol.MAX_MESSAGE + 1))
         with pytest.raises(protocol.ProtocolError, match="exceeds"):
             protocol.recv(a)
+
+
+_LINKED = """
+import tempfile, time
+import autograder.sandbox.zygote as Z
+from autograder.host import proxy
+from autograder.wire import protocol
+config = {"mode": "auto", "hide": [], "limits": {"cpu": 30}, "scratch": tempfile.mkdtemp(),
+          "preimport": ["torch", "course_lib", "autograder.sandbox.worker"]}
+pid, sock = Z.start_zygote(config)
+sock.settimeout(120)
+ready = protocol.recv(sock)
+assert ready["ready"], ready
+state = proxy.TestState(seed=1, timeout=10.0)
+code = "import fractions\\ndef f(x):\\n    return x + 1\\n"
+session = proxy.WorkerSession(proxy.ZygoteClient(sock), [("cell 1", code, [0, 1])], state=state,
+                              deadline=time.monotonic() + 60)
+print("RESULT", proxy.Student(session).f(1))
+session.close()
+sock.close()
+"""
+
+
+@pytest.mark.skipif(not zygote.namespaces.available(), reason="needs namespaces")
+def test_an_interpreter_reached_through_a_link_starts_the_sandbox(tmp_path):
+    """Issue 28: a venv at a path that is a symbolic link (Gradescope's /autograder/venv) made
+    the zygote exit at start: the allowlist holds real paths, Python the linked ones."""
+    import subprocess
+
+    link = tmp_path / "venv"
+    link.symlink_to(Path(sys.prefix).resolve())
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run([str(link / "bin" / "python"), "-c", _LINKED], cwd=repo,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert "RESULT 2" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
