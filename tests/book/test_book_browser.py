@@ -714,6 +714,7 @@ def test_printing_shows_folded_code_and_numbered_titles(server, browser):
         browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
         hidden, title = browser.execute_script(
             """
+            window.dispatchEvent(new Event('beforeprint'));  // what printing fires first
             const folded = Array.from(document.querySelectorAll('article details .cell_input'));
             const hidden = folded.filter(el => !el.checkVisibility({contentVisibilityAuto: true,
                                                                    visibilityProperty: true}));
@@ -723,6 +724,7 @@ def test_printing_shows_folded_code_and_numbered_titles(server, browser):
             """
         )
     finally:
+        browser.execute_script("window.dispatchEvent(new Event('afterprint'))")
         browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": ""})
     assert hidden.startswith("0 of ") and not hidden.endswith(" 0"), f"hidden folds: {hidden}"
     assert re.match(r"\d+\.\d+\. ", title), f"printed title without its number: {title!r}"
