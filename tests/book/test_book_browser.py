@@ -715,9 +715,11 @@ def test_printing_shows_folded_code_and_numbered_titles(server, browser):
         hidden, title = browser.execute_script(
             """
             window.dispatchEvent(new Event('beforeprint'));  // what printing fires first
+            // A folded cell prints when its <details> is open and nothing hides its input.
             const folded = Array.from(document.querySelectorAll('article details .cell_input'));
-            const hidden = folded.filter(el => !el.checkVisibility({contentVisibilityAuto: true,
-                                                                   visibilityProperty: true}));
+            const hidden = folded.filter(el => !el.closest('details').open
+                                               || getComputedStyle(el).display === 'none'
+                                               || getComputedStyle(el).visibility === 'hidden');
             const titles = Array.from(document.querySelectorAll('h1'))
               .filter(h => h.checkVisibility()).map(h => h.innerText.trim());
             return [hidden.length + ' of ' + folded.length, titles[0] || ''];
