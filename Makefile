@@ -68,7 +68,7 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 
 pytest: install
-	$(PY) -m pytest -n 2 --dist loadgroup
+	$(PY) -m pytest -n 2 --dist loadgroup --durations=20
 
 ## test-lib, test-grader, test-book, test-course: one area of tests/ (test-lib is the fast loop on
 ## course_lib: it never imports the grader).
