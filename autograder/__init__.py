@@ -29,7 +29,9 @@ The points of the tests of a grade cell must add up to that cell's ``points`` in
 Fixtures: ``student`` (:class:`autograder.host.proxy.Student`: ``student.fn(*args)``,
 ``student.Cls(...)`` -> :class:`~autograder.host.proxy.Remote` with ``remote(x)``,
 ``remote.method(...)``, ``remote.get(attr)``, ``remote.backward(x, grad_output=...)``,
-``student.fn.backward(...)``, ``student.has(name)``, ``student.get(name)``,
+``student.fn.backward(...)``, ``student.fn.unmodified(*args)`` (an ``AssertionError`` naming
+each argument the call changed in place) and ``student.fn.tracked(*args)`` (value and the names),
+``student.has(name)``, ``student.get(name)``,
 ``student.build("course_lib.models.x.Cls", ..., state_dict=sd)`` to put a library object in the
 worker for the student's code), ``rng`` (a seeded
 ``torch.Generator``), ``seed``. Only plain data crosses: tensors, numbers, strings, dtypes and

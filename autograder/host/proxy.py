@@ -14,6 +14,9 @@ code returns (a module, an optimizer) comes back as a :class:`Remote` handle::
     sd = mha.state_dict()                             # read parameters
     heads = mha.get("num_heads")                      # read an attribute
     student.has("causal_mask"), student.get("EPS")    # module-level names
+    y = student.mask_tokens.unmodified(ids, p=0.15)  # AssertionError (InputModified) naming
+                                                      # each argument the call changed in place
+    r = student.merge_pair.tracked(ids, pair, 99)     # r.value, r.modified == ["ids"] or []
     enc = student.build("torch.nn.GRU", 4, 8, state_dict=sd)  # a library object in the worker
 
 Failures surface as exceptions whose messages are meant for the student: :class:`StudentError`
@@ -85,6 +88,29 @@ def _tampering_text(what: str, attempts: list) -> str:
 
 class LoadFailed(FatalError):
     pass
+
+
+class InputModified(AssertionError):
+    """A call made through ``.unmodified(...)`` changed one of its arguments in place (the worker
+    compares every tensor, list and dict argument with a copy taken before the call)."""
+
+    def __init__(self, what: str, names: list[str]):
+        self.names = list(names)
+        shown = ", ".join(repr(n) for n in self.names)
+        plural = "s" if len(self.names) > 1 else ""
+        super().__init__(
+            f"{what} modified its argument{plural} {shown} in place: leave the inputs unchanged "
+            "(work on a copy, or build a new tensor / list)"
+        )
+
+
+@dataclass
+class Tracked:
+    """What ``.tracked(...)`` returns: the call's value and the arguments it changed in place
+    (parameter names where the signature gives them, else ``positional argument n``)."""
+
+    value: Any
+    modified: list[str]
 
 
 SIGNAL_REASONS = {
@@ -286,7 +312,11 @@ class WorkerSession:
             self.state.output.append(reply["output"])
         return reply
 
-    def request(self, msg: dict, *, what: str) -> Any:
+    def request(self, msg: dict, *, what: str, modified: list | None = None) -> Any:
+        """Send one request; with ``modified`` (a list), the worker also compares the call's
+        arguments before and after, and the names of those it changed are appended to it."""
+        if modified is not None:
+            msg = {**msg, "check_args": True}
         if self.pid is None:
             self._start()
         msg = {**msg, "seed": self.state.seed, "forbid": self.state.forbid}
@@ -313,6 +343,11 @@ class WorkerSession:
             raise StudentError(
                 err.get("type", "Error"), err.get("message", ""), err.get("traceback", ""), what
             )
+        if modified is not None:
+            names = reply.get("modified")
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise WorkerDied(f"{what}: the worker did not report the arguments it changed")
+            modified.extend(n[:120] for n in names[:64])
         return self._wrap(reply.get("value"))
 
     def _wrap(self, value: Any) -> Any:
@@ -358,17 +393,42 @@ def _gradients(value: dict) -> Gradients:
     return Gradients(value["output"], value["inputs"], value["kwargs"], value["params"])
 
 
-class RemoteFunction:
+class _Checked:
+    """``.unmodified(...)`` and ``.tracked(...)``: the call, with its arguments compared in the
+    worker before and after (for hidden tests of "do not modify the input": the worker gets
+    copies of what the test holds, so the test's own objects never change)."""
+
+    def _call_message(self, args: tuple, kwargs: dict) -> tuple[WorkerSession, dict, str]:
+        raise NotImplementedError
+
+    def tracked(self, *args: Any, **kwargs: Any) -> Tracked:
+        session, msg, what = self._call_message(args, kwargs)
+        modified: list[str] = []
+        value = session.request(msg, what=what, modified=modified)
+        return Tracked(value, modified)
+
+    def unmodified(self, *args: Any, **kwargs: Any) -> Any:
+        session, msg, what = self._call_message(args, kwargs)
+        modified: list[str] = []
+        value = session.request(msg, what=what, modified=modified)
+        if modified:
+            raise InputModified(what, modified)
+        return value
+
+
+class RemoteFunction(_Checked):
     """A module-level name of the student's notebook, called remotely."""
 
     def __init__(self, session: WorkerSession, name: str):
         self._session, self._name = session, name
 
+    def _call_message(self, args: tuple, kwargs: dict) -> tuple[WorkerSession, dict, str]:
+        msg = {"op": "call", "target": self._name, "args": _encode(args), "kwargs": _encode(kwargs)}
+        return self._session, msg, f"{self._name}()"
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._session.request(
-            {"op": "call", "target": self._name, "args": _encode(args), "kwargs": _encode(kwargs)},
-            what=f"{self._name}()",
-        )
+        session, msg, what = self._call_message(args, kwargs)
+        return session.request(msg, what=what)
 
     def backward(self, *args: Any, grad_output: Any = None, **kwargs: Any) -> Gradients:
         msg = {"op": "backward", "target": self._name, "args": _encode(args)}
@@ -379,22 +439,19 @@ class RemoteFunction:
         return f"<student function {self._name}>"
 
 
-class RemoteMethod:
+class RemoteMethod(_Checked):
     def __init__(self, remote: Remote, attr: str):
         self._remote, self._attr = remote, attr
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def _call_message(self, args: tuple, kwargs: dict) -> tuple[WorkerSession, dict, str]:
         r = self._remote
-        return r._session.request(
-            {
-                "op": "call",
-                "target": r._handle,
-                "attr": self._attr,
-                "args": _encode(args),
-                "kwargs": _encode(kwargs),
-            },
-            what=f"{r._short}.{self._attr}()",
-        )
+        msg = {"op": "call", "target": r._handle, "attr": self._attr}
+        msg.update(args=_encode(args), kwargs=_encode(kwargs))
+        return r._session, msg, f"{r._short}.{self._attr}()"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        session, msg, what = self._call_message(args, kwargs)
+        return session.request(msg, what=what)
 
     def backward(self, *args: Any, grad_output: Any = None, **kwargs: Any) -> Gradients:
         r = self._remote
@@ -411,15 +468,33 @@ class Remote:
         self._short = type_name.rsplit(".", 1)[-1]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._session.request(
-            {
-                "op": "call",
-                "target": self._handle,
-                "args": _encode(args),
-                "kwargs": _encode(kwargs),
-            },
-            what=f"{self._short}(...)",
-        )
+        return self._session.request(self._message(args, kwargs), what=f"{self._short}(...)")
+
+    def _message(self, args: tuple, kwargs: dict) -> dict:
+        return {
+            "op": "call",
+            "target": self._handle,
+            "args": _encode(args),
+            "kwargs": _encode(kwargs),
+        }
+
+    def unmodified(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the object (``remote(x)``), failing with :class:`InputModified` when the call
+        changed an argument in place (``remote.method("unmodified")`` reaches a method of that
+        name)."""
+        modified: list[str] = []
+        what = f"{self._short}(...)"
+        value = self._session.request(self._message(args, kwargs), what=what, modified=modified)
+        if modified:
+            raise InputModified(what, modified)
+        return value
+
+    def tracked(self, *args: Any, **kwargs: Any) -> Tracked:
+        """Call the object; the value and the arguments it changed in place."""
+        modified: list[str] = []
+        what = f"{self._short}(...)"
+        value = self._session.request(self._message(args, kwargs), what=what, modified=modified)
+        return Tracked(value, modified)
 
     def __getattr__(self, attr: str) -> RemoteMethod:
         if attr.startswith("__"):

@@ -30,11 +30,24 @@ import sys  # noqa: E402
 import types  # noqa: E402
 from typing import Any  # noqa: E402
 
+import torch  # noqa: E402
+
 from autograder.sandbox.detector import Detector, resolve  # noqa: E402
 from autograder.wire import protocol  # noqa: E402
 
 _TRACEBACK = BaseException.__dict__["__traceback__"]  # the C slot, not a property of a subclass
 _TYPE_NAME = type.__dict__["__name__"]
+
+# Bound at import, before student code runs: what compares a call's arguments before and after
+# is nothing student code can replace (torch.equal, Tensor.clone, ...).
+_TENSOR = torch.Tensor
+_CLONE, _DETACH, _RESHAPE, _VIEW = _TENSOR.clone, _TENSOR.detach, _TENSOR.reshape, _TENSOR.view
+_SIZE, _DTYPE = torch._C.TensorBase.__dict__["shape"], torch._C.TensorBase.__dict__["dtype"]
+_EQUAL, _UINT8 = torch.equal, torch.uint8
+_DISABLE_TORCH_FUNCTION = torch._C.DisableTorchFunction
+_PLAIN_SCALARS = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
+_FUNCTION, _METHOD, _MODULE = types.FunctionType, types.MethodType, torch.nn.Module
+_MRO, _CLASS_DICT = type.__dict__["__mro__"], type.__dict__["__dict__"]
 
 
 # Load notes reach the student's feedback: a few short lines, so that load-time code cannot dump
@@ -68,6 +81,91 @@ class _Capture(io.TextIOBase):
     def text(self) -> str:
         out = "".join(self.parts)
         return out + (f"\n[... {self.dropped} more characters]" if self.dropped else "")
+
+
+def _snapshot(value: Any) -> Any:
+    """A copy of an argument as the test sent it: tensors cloned, lists, tuples and dicts copied
+    (they hold only plain data and handles); anything else (a handle's object) by identity."""
+    kind = type(value)
+    if kind is _TENSOR:
+        with _DISABLE_TORCH_FUNCTION():
+            return _CLONE(_DETACH(value))
+    if kind is list or kind is tuple:
+        return kind(_snapshot(v) for v in value)
+    if kind is dict:
+        return {k: _snapshot(v) for k, v in value.items()}
+    return value
+
+
+def _same(before: Any, after: Any) -> bool:
+    """Whether ``after`` (the argument as the call left it) still equals its snapshot. Strict:
+    the same exact types (an object whose ``__eq__`` says yes is a change), tensors the same
+    shape, dtype and bytes (NaN and -0.0 included)."""
+    kind = type(before)
+    if type(after) is not kind:
+        return False
+    if kind is _TENSOR:
+        with _DISABLE_TORCH_FUNCTION():
+            if _SIZE.__get__(after) != _SIZE.__get__(before):
+                return False
+            if _DTYPE.__get__(after) != _DTYPE.__get__(before):
+                return False
+            flat_before, flat_after = _RESHAPE(before, (-1,)), _RESHAPE(after, (-1,))
+            return _EQUAL(_VIEW(flat_before, _UINT8), _VIEW(flat_after, _UINT8))
+    if kind is list or kind is tuple:
+        return len(after) == len(before) and all(map(_same, before, after))
+    if kind is dict:
+        if len(after) != len(before):
+            return False
+        for key, value in after.items():
+            if type(key) not in _PLAIN_SCALARS or key not in before:
+                return False
+            if not _same(before[key], value):
+                return False
+        return True
+    if kind is float:
+        return before == after or (before != before and after != after)  # NaN stays NaN
+    if kind in _PLAIN_SCALARS:
+        return before == after
+    return before is after  # a handle's object: its own state is not an argument's value
+
+
+def _parameter_names(fn: Any) -> list[str]:
+    """The names of ``fn``'s positional parameters, read from its code object (no student code
+    runs: no ``inspect``, no ``__signature__``); empty where they cannot be read that way."""
+    skip = 0
+    if type(fn) is _METHOD:
+        fn, skip = fn.__func__, 1
+    elif issubclass(type(fn), _MODULE):
+        for klass in _MRO.__get__(type(fn)):
+            namespace = _CLASS_DICT.__get__(klass)
+            if "forward" in namespace:
+                fn, skip = namespace["forward"], 1
+                break
+    if type(fn) is not _FUNCTION:
+        return []
+    code = fn.__code__
+    return list(code.co_varnames[skip : code.co_argcount])
+
+
+def _modified(fn: Any, args: tuple, kwargs: dict, before: tuple) -> list[str]:
+    """The arguments a call changed in place, by name where the signature gives one."""
+    names, changed = _parameter_names(fn), []
+    for index, (was, now) in enumerate(zip(before[0], args)):
+        if not _unchanged(was, now):
+            name = names[index] if index < len(names) else None
+            changed.append(name if name else f"positional argument {index + 1}")
+    for key, now in kwargs.items():
+        if key in before[1] and not _unchanged(before[1][key], now):
+            changed.append(str(key))
+    return changed
+
+
+def _unchanged(before: Any, after: Any) -> bool:
+    try:
+        return _same(before, after) is True
+    except Exception:  # e.g. a tensor the call made sparse: not the argument it was given
+        return False
 
 
 class _Watching:
@@ -223,16 +321,21 @@ class Server:
         fn = self._callable(msg)
         args, kwargs = self._decode(msg.get("args", [])), self._decode(msg.get("kwargs", {}))
         detector = self._detector(msg.get("forbid", []))
+        check = msg.get("check_args") is True
+        before = (tuple(_snapshot(a) for a in args), _snapshot(kwargs)) if check else None
         try:
             with self._watching(detector):
                 value = fn(*args, **kwargs)
         except BaseException as error:  # noqa: B036
             return {"ok": False, "error": self._describe(error), "violations": detector.violations}
-        return {
+        reply = {
             "ok": True,
             "value": protocol.to_plain(value, self._keep),
             "violations": detector.violations,
         }
+        if check:
+            reply["modified"] = _modified(fn, args, kwargs, before)
+        return reply
 
     def op_getattr(self, msg: dict) -> dict:
         value = getattr(self._target(msg["target"]), msg["attr"])

@@ -209,6 +209,29 @@ def compile_as_library():
 def uses_undefined(x):
     return plt.plot(x)  # the set-up cell's plt, missing: a NameError inside the student's code
 
+def fill_(x, mask=None, value=0.0):
+    if mask is not None:
+        x[mask] = value  # in place: what "do not modify the input" forbids
+    return x.sum()
+
+def pop_last(ids, options):
+    options["seen"] = True
+    return ids.pop()
+
+def restore(x):
+    x.add_(1.0)
+    x.sub_(1.0)  # changed and put back: the input is as it was
+    return x.clone()
+
+def nan_to_zero(x, *rest):
+    x.nan_to_num_(0.0)
+    return len(rest)
+
+class Scale(nn.Module):
+    def forward(self, x):
+        x.mul_(2.0)
+        return x
+
 def capabilities():
     with open("/proc/self/status") as f:
         return {k: v.strip() for k, v in (l.split(":", 1) for l in f) if k.startswith("Cap")}
@@ -383,6 +406,28 @@ def test_forbidden_calls_are_caught_at_dispatch_level(student):
     assert state.fatal  # recorded even if a test swallowed the exception
     state.forbid, state.fatal = [], []
     assert st.sdpa(q).shape == q.shape
+
+
+def test_calls_report_the_arguments_they_modified_in_place(student):
+    st, _, _ = student
+    x = torch.arange(6.0).reshape(2, 3)
+    assert st.fill_.tracked(x).modified == []
+    tracked = st.fill_.tracked(x, mask=x > 2)
+    assert tracked.modified == ["x"] and tracked.value == 3.0
+    assert torch.equal(x, torch.arange(6.0).reshape(2, 3))  # the test's own tensor never changes
+    with pytest.raises(proxy.InputModified, match="fill_\\(\\) modified its argument 'x' in place"):
+        st.fill_.unmodified(x, x > 2)
+    with pytest.raises(AssertionError, match="arguments 'ids', 'options'"):
+        st.pop_last.unmodified([1, 2, 3], {"k": 1})
+    assert st.pop_last([1, 2, 3], {}) == 3  # a plain call checks nothing
+    assert st.restore.unmodified(x).shape == x.shape
+    nan = torch.tensor([float("nan"), 1.0])
+    assert st.nan_to_zero.tracked(nan.clone(), nan.clone()).modified == ["x"]
+    assert st.nan_to_zero.tracked(torch.ones(2), [nan]).modified == []
+    scale = st.Scale()
+    assert scale.tracked(torch.ones(2)).modified == ["x"]
+    with pytest.raises(proxy.InputModified, match="'x'"):
+        scale.method("forward").unmodified(torch.ones(2))
 
 
 def test_missing_names_are_reported_clearly(student):
