@@ -97,6 +97,14 @@ def test_the_graded_objects_come_from_the_assignments(repo_plan):
                  "course_lib.models.transformer.Transformer.beam_search"):  # fmt: skip
         assert name not in got, name
     assert not any(n.startswith("A3:") for n in repo_plan.notes)
+    # A1 too: the book's Bahdanau attention, GRU decoder and sequence-to-sequence model are whole
+    assert embargo.own_key(ROOT, "a1_rnn_attention") is not None
+    assert not [i for i in repo_plan.graded.values() if i.assignment == "a1_rnn_attention"]
+    for name in ("course_lib.attention.AdditiveAttention.forward",
+                 "course_lib.attention.masked_softmax", "course_lib.models.seq2seq.Decoder.step",
+                 "course_lib.models.seq2seq.Seq2Seq.forward"):  # fmt: skip
+        assert name not in got, name
+    assert not any(n.startswith("A1:") for n in repo_plan.notes)
     # course.yml's `also`: a reference of another name answers the notebook's ViT.forward
     vit = "course_lib.models.vit.VisionTransformer"
     assert (
@@ -143,6 +151,14 @@ def test_a_key_beside_a_suite_is_scanned_for_until_its_solutions_are_released(tm
     text = ALL_RELEASED.replace("a3_transformer: released", "a3_transformer: solutions-released")
     released = plan(ROOT, schedule(tmp_path, text))
     assert not [d for d in embargo.secrets(released) if d.startswith("a3_transformer key")]
+    # A1's key (luong_align, coverage, input feeding): in its solution, not in its release
+    assert (
+        table["a1_rnn_attention key: luong_align"] and table["a1_rnn_attention key: coverage_loss"]
+    )
+    a1 = ROOT / "solutions" / "a1_rnn_attention" / "a1_rnn_attention.ipynb"
+    assert any("a1_rnn_attention key: luong_align" in h for h in embargo.scan(repo_plan, [a1]))
+    a1_release = ROOT / "assignments" / "a1_rnn_attention" / "a1_rnn_attention.ipynb"
+    assert not [h for h in embargo.scan(repo_plan, [a1_release]) if "a1_rnn_attention key" in h]
 
 
 def test_releasing_the_solutions_of_a5_brings_its_code_back(tmp_path):
@@ -297,6 +313,7 @@ def test_the_bundle_holds_no_answer_key_and_nothing_instructor_only(bundle, repo
     names = zipfile.ZipFile(wheel).namelist()
     assert any(n.startswith("course_lib/checks/data/") and n.endswith(".pt") for n in names)
     assert "course_lib/checks/recorded/a3_transformer.pt" in names  # A3's checks' answers
+    assert "course_lib/checks/recorded/a1_rnn_attention.pt" in names  # A1's checks' answers
 
 
 STUDENT_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
