@@ -12,6 +12,17 @@ from autograder.course.layout import Course
 from autograder.host.options import Options
 
 
+def _private_bytecode() -> None:
+    """Modules the grader imports from now on are compiled from their (verified) source or from
+    a private cache, never from a ``__pycache__`` a submission could have planted a file in."""
+    import atexit
+    import tempfile
+
+    sys.dont_write_bytecode = True
+    sys.pycache_prefix = tempfile.mkdtemp(prefix="ag-pycache-")  # 0700, stays empty
+    atexit.register(shutil.rmtree, sys.pycache_prefix, True)
+
+
 def options_from(args: argparse.Namespace) -> Options:
     return Options(
         jobs=args.jobs,
@@ -69,10 +80,14 @@ def grade(args: argparse.Namespace, course: Course) -> int:
     from autograder.host.intake import discover, folder_submission, safe_name
     from autograder.host.report import ReportWriter
 
+    _private_bytecode()
     options = options_from(args)
     source = Path(args.submissions) if args.submissions else course.submitted_dir
     out = Path(args.out) if args.out else course.root / "autograder_out" / args.assignment
-    with Grader(course, args.assignment, options, hide=[source.resolve(), out.resolve()]) as g:
+    hide = [source.resolve(), out.resolve()]
+    if args.gradescope:  # Gradescope's results folder: hidden from (and closed to) the workers
+        hide.append(Path(args.gradescope).resolve().parent)
+    with Grader(course, args.assignment, options, hide=hide) as g:
         from autograder.tools.selfcheck import consistency
 
         problems = consistency(g)  # what `check` verifies, before a single student is graded
@@ -101,10 +116,12 @@ def grade(args: argparse.Namespace, course: Course) -> int:
 
         def on_row(row: dict) -> None:  # written as graded: a crash later loses nothing
             row["manual_pending"] = manual
+            g.own_files.verify()  # the grader's files as they were before student code ran
             writer.add(row)
 
         rows = g.grade(subs, on_row=on_row)
         sandbox = g.sandbox_report
+    g.own_files.verify()  # every worker gone: before any late import and any other output
     answers = {}
     for row in rows:
         answers[row["student"]] = row.pop("answers", {})

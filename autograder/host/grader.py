@@ -187,6 +187,61 @@ def prepare(sub: Submission, release: dict[str, list[Cell]]) -> tuple[dict, Row]
     return task, row
 
 
+GRADER_PACKAGE = Path(__file__).resolve().parents[1]  # autograder/
+
+
+class GraderModified(SetupError):
+    """The grader's own files changed after student code started to run: nothing is written."""
+
+
+class OwnFiles:
+    """The SHA-256 of the grader's own files, taken before any student code runs: every ``.py``
+    of the ``autograder`` package (its suites and samples aside) and every file of the hidden
+    suite. :meth:`verify` is called before results are written (each row, and after grading,
+    before any module the grader imports late): a shared mapping or a write that changed one of
+    them (a module imported after grading included) produces no results. Bytecode caches are
+    kept out of it by the command layer (``sys.pycache_prefix`` in a private folder)."""
+
+    def __init__(self, suite: Path, package: Path = GRADER_PACKAGE):
+        self.package, self.suite = package, suite
+        self.table = self._digest()
+
+    def _files(self) -> list[Path]:
+        skip = {self.package / "suites", self.package / "samples"}
+        code = [
+            p
+            for p in self.package.rglob("*.py")
+            if not any(parent in skip for parent in p.parents) and "__pycache__" not in p.parts
+        ]
+        suite = [
+            p for p in self.suite.rglob("*") if "__pycache__" not in p.parts and not p.is_dir()
+        ]
+        return sorted({*code, *suite})
+
+    def _digest(self) -> dict[str, str]:
+        table = {}
+        for path in self._files():
+            try:
+                table[str(path)] = sha256_file(path)
+            except OSError as error:
+                table[str(path)] = f"unreadable: {error.strerror}"
+        return table
+
+    def verify(self) -> None:
+        now = self._digest()
+        if now == self.table:
+            return
+        changed = sorted(k for k in {*now, *self.table} if now.get(k) != self.table.get(k))
+        shown = ", ".join(changed[:5]) + (
+            f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+        )
+        raise GraderModified(
+            f"the grader's own files changed while student code was running ({shown}): a "
+            "submission may have written to them, so no results are written; restore the grader "
+            "(e.g. `git status`, `git checkout`) and grade again"
+        )
+
+
 class Grader:
     """Grades submissions of one assignment; use as a context manager. Pass ``runners`` to share
     warm runners between assignments (their hidden folders must then cover every suite)."""
@@ -222,6 +277,7 @@ class Grader:
         return self.runners.run_dir if self.runners else None
 
     def __enter__(self) -> Grader:
+        self.own_files = OwnFiles(self.suite)  # before any student code runs
         if self.shared is None:
             self.runners = Runners(self.course, self.options, [self.suite, *self.hide]).__enter__()
         try:

@@ -134,6 +134,12 @@ class Runners:
             "sandbox": {
                 "mode": o.sandbox,
                 "hide": hidden,
+                # fallback as root: closed to the workers' uids (namespaces hide them instead)
+                "protect": [
+                    *self.course.hidden_paths(self.run_dir, *self.hide),
+                    str(PACKAGE_ROOT / "autograder"),
+                    str(self.course.root),
+                ],  # fmt: skip
                 "limits": {"cpu": o.cpu, "address_space": int(max(4.0, o.memory_gib) * 1024**3)},
                 "stubs": reference_stubs(self.course.root),
             },

@@ -361,7 +361,7 @@ def main() -> int:
         "namespace",
     ):  # the operator's choice by name, also for callers that build Options themselves
         init["sandbox"]["mode"] = os.environ["AUTOGRADER_SANDBOX"]
-    if os.geteuid() == 0 and init["sandbox"].get("mode") != "fallback":
+    if os.geteuid() == 0:  # namespaces or not: a root grader's workers get uids of their own
         claimed = zygote.claim_uid_block()  # held (locked) until this runner exits
         init["sandbox"]["uid_base"] = claimed[0] if claimed else None
     runner = Runner(init)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import stat
 import sys
 
 CLONE_NEWNS = 0x00020000
@@ -63,6 +64,44 @@ def drop_to_uid(uid: int) -> None:
     _check(_libc.capset(ctypes.byref(header), data), "capset")
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
     _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(DUMPABLE)")
+
+
+def close_to_others(paths: list[str], keep: list[str]) -> list[str]:
+    """Fallback as root (no mount namespace to hide anything): take every permission away from
+    "others" on each of ``paths`` (mode ``o-rwx``, set by the trusted side before any worker
+    exists), so that a worker running as a uid of its own can neither read nor write them, by
+    any route (native code, a file mapping). A path on the way to one of ``keep`` (the
+    interpreter, the site-packages a worker imports from, its scratch folder) keeps only
+    ``o+x`` (traverse) and its other entries are closed instead. Symbolic links are left alone
+    (their targets are closed where they are listed). Returns the paths closed."""
+    keep = [os.path.realpath(k) for k in keep if k]
+    closed: list[str] = []
+
+    def inside(path: str, folder: str) -> bool:
+        return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+    def close(path: str, listed: bool) -> None:
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return
+        if stat.S_ISLNK(info.st_mode) or path in keep or path == "/":
+            return
+        if not listed and any(inside(path, k) for k in keep):
+            return
+        mode = stat.S_IMODE(info.st_mode)
+        if stat.S_ISDIR(info.st_mode) and any(inside(k, path) for k in keep):
+            os.chmod(path, (mode & ~0o007) | 0o001)  # traverse only, on the way to a kept path
+            for name in sorted(os.listdir(path)):
+                close(os.path.join(path, name), False)
+            return
+        if mode & 0o007:
+            os.chmod(path, mode & ~0o007)
+        closed.append(path)
+
+    for path in paths:
+        close(os.path.realpath(path), True)
+    return closed
 
 
 def available() -> bool:

@@ -50,9 +50,20 @@ PREIMPORTS = (
 )  # fmt: skip
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOT_GUARANTEED = (
-    "fallback sandbox: NOT guaranteed: files readable by the grader's user are readable by "
-    "student code unless listed as hidden; student code runs as the grader's user; threads and "
-    "processes are refused only inside the interpreter; no network namespace"
+    "fallback sandbox: NOT guaranteed: student code runs as the grader's user (not root: no uid "
+    "of its own), so what that user may read or write, native code in the worker (a torch or "
+    "numpy routine with no audit event, a file mapping) may read or write too, the grader's "
+    "files, results and hidden folders included; the audit hook refuses Python-level access to "
+    "the hidden folders and writes outside the work folder only; threads and processes are "
+    "refused only inside the interpreter; no network namespace; IPC shared"
+)
+FALLBACK_AS_ROOT = (
+    "fallback sandbox as root: each worker runs as a uid of its own (no capabilities, one task: "
+    "the kernel refuses threads and processes); the grader's package, the course folder, the "
+    "hidden suites and folders and the results are closed to it (mode o-rwx, set before any "
+    "worker starts), only the interpreter and its site-packages stay open; NOT guaranteed: "
+    "other files any user may read (system files, other world-readable folders) are readable; "
+    "no network namespace (sockets refused by the audit hook); /tmp and IPC shared"
 )
 
 
@@ -128,20 +139,31 @@ def _zygote_setup(config: dict) -> dict:
         if not (report["net_ns"] and report["mount_ns"]):
             raise OSError(
                 f"namespaces are not available ({'; '.join(errors)}); to grade without them "
-                f"pass --sandbox fallback explicitly ({NOT_GUARANTEED})"
+                "pass --sandbox fallback explicitly "
+                f"({FALLBACK_AS_ROOT if os.geteuid() == 0 else NOT_GUARANTEED})"
             )
     report["network"] = (
         "network namespace (no interfaces up)"
         if report["net_ns"]
         else "socket creation blocked by an audit hook (no network namespace)"
     )
-    if report["mount_ns"] and config.get("uid_base") and config.get("drop_uid", True):
-        report["use_uid"] = os.geteuid() == 0 and _can_drop(config["uid_base"])
+    unreachable = None
+    if config.get("uid_base") and config.get("drop_uid", True) and os.geteuid() == 0:
+        # fallback as root too; there, the worker reads the interpreter's files as its own uid
+        needs = [] if report["mount_ns"] else _worker_needs({})  # the scratch comes later
+        report["use_uid"] = _can_drop(config["uid_base"], needs)
+        if not report["use_uid"] and needs:
+            unreachable = ", ".join(needs[:3])
     report["uid"] = (
         f"per-worker uid from {config['uid_base']}, no capabilities, one task"
         if report["use_uid"]
         else f"unchanged ({os.geteuid()})"
     )
+    if unreachable:  # e.g. an interpreter under /root (0700): workers keep the grader's uid
+        report["uid"] += (
+            f": a uid of its own could not read the interpreter's files ({unreachable}), so "
+            "workers keep the grader's uid (install Python where every user may read it)"
+        )
     report["fallback"] = not report["mount_ns"]
     return report
 
@@ -210,6 +232,17 @@ def _stub_references(stubs: dict[str, str]) -> None:
 def _enter_root(config: dict, report: dict) -> None:
     """Mount namespace mode: chroot into the allowlisted root; fallback: masks nothing, the audit
     hook polices paths."""
+    if not report["mount_ns"] and report["use_uid"]:
+        closed = namespaces.close_to_others(
+            [*config.get("hide", []), *config.get("protect", []), PACKAGE_DIR],
+            _worker_needs(config),
+        )
+        if config.get("scratch"):
+            _reachable_by_others(config["scratch"])
+            os.chmod(config["scratch"], 0o711)  # workers reach their own folder, list nothing
+        report["closed"] = closed
+        report["filesystem"] = f"permissions and audit hook ({FALLBACK_AS_ROOT})"
+        return
     if not report["mount_ns"]:
         report["filesystem"] = f"audit hook only ({NOT_GUARANTEED})"
         return
@@ -224,12 +257,54 @@ def _enter_root(config: dict, report: dict) -> None:
     )
 
 
-def _can_drop(uid: int) -> bool:
+def _reachable_by_others(folder: str) -> None:
+    """A worker with a uid of its own (fallback) must traverse every folder above its work
+    folder: say so at start, not as a worker that exits for no reason."""
+    path = os.path.dirname(os.path.realpath(folder))
+    while True:
+        if not os.stat(path).st_mode & 0o001:
+            raise OSError(
+                f"the sandbox's scratch folder {folder} is below {path}, which other users cannot "
+                "traverse: the workers' uids could not reach their work folders (use a scratch "
+                "folder under /tmp)"
+            )
+        if path == "/":
+            return
+        path = os.path.dirname(path)
+
+
+def _log_failure(config: dict) -> None:
+    """A worker that failed before serving: its traceback to the zygote's log, where the
+    worker may still open it (before it dropped its uid), else nowhere."""
+    try:
+        with open(config.get("log", os.devnull), "a") as log:
+            traceback.print_exc(file=log)
+    except OSError:
+        pass
+
+
+def _worker_needs(config: dict) -> list[str]:
+    """What a worker must still reach in fallback mode: the interpreter, its prefixes and the
+    site-packages it imports from lazily, and the scratch folder holding its work folder."""
+    needs = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    needs.add(os.path.dirname(os.path.realpath(sys.executable)))
+    needs.update(p for p in sys.path if p and "-packages" in p)
+    if config.get("scratch"):
+        needs.add(config["scratch"])
+    return sorted(needs)
+
+
+def _can_drop(uid: int, needs: list[str] = ()) -> bool:
+    """Whether a child can become ``uid`` with no capability and still list each of
+    ``needs``."""
     pid = os.fork()
     if pid == 0:
         try:
             namespaces.drop_to_uid(uid)
             code = 0 if namespaces.capabilities().get("CapEff", 1) == 0 else 1
+            for path in needs:
+                if os.path.isdir(path):
+                    os.listdir(path)
         except BaseException:
             code = 1
         os._exit(code)
@@ -238,7 +313,7 @@ def _can_drop(uid: int) -> bool:
 
 
 def _public(report: dict) -> dict:
-    keys = ("network", "filesystem", "uid", "net_ns", "mount_ns", "use_uid", "fallback")
+    keys = ("network", "filesystem", "uid", "net_ns", "mount_ns", "use_uid", "fallback", "closed")
     return {k: v for k, v in report.items() if k in keys}
 
 
@@ -246,6 +321,9 @@ def _zygote_main(sock: socket.socket, config: dict) -> None:
     os.setsid()
     _close_fds({sock.fileno()})
     _devnull_stdio()
+    prepare = config.get("prepare")  # tests only (a callable: never from a runner's JSON)
+    if callable(prepare):
+        prepare()
     try:
         report = _zygote_setup(config)
     except OSError as error:  # e.g. no namespaces and no --sandbox fallback: the runner says why
@@ -259,13 +337,18 @@ def _zygote_main(sock: socket.socket, config: dict) -> None:
     if config.get("seal_library", True):
         config["hide"] = [*config.get("hide", []), *_seal_library()]
     _stub_references(config.get("stubs") or {})
+    audit.refuse_file_mapping()  # no file mapping: the file system is not private in fallback
     import torch
 
     from autograder.sandbox import detector
 
     detector.freeze()  # what is forbidden is decided now, before any student byte runs
 
-    _enter_root(config, report)
+    try:
+        _enter_root(config, report)
+    except OSError as error:  # the runner says why
+        protocol.send(sock, {"ready": False, "error": f"the sandbox's root: {error}"})
+        return
     reaping.become_subreaper()
     os.environ.clear()
     namespaces.scrub_environ_memory()
@@ -302,6 +385,7 @@ def _zygote_main(sock: socket.socket, config: dict) -> None:
                     _worker_main(theirs, config, report, uid if report["use_uid"] else None)
                 except BaseException:
                     code = 71
+                    _log_failure(config)
                 os._exit(code)
             theirs.close()
             workers[pid] = {"uid": uid if report["use_uid"] else None}

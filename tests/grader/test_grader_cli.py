@@ -100,7 +100,8 @@ def test_selfgrade_compares_samples_with_expected_scores(course):
 
 FALLBACK = ("reference", "network", "read_hidden", "write_outside", "fork_bomb", "os_exit",
             "sdpa_getattr", "via_multihead_attention", "cheat_grader_api", "thread_sdpa",
-            "grader_import_string", "chdir_relative", "sqlite_fifo_fork_exec")  # fmt: skip
+            "grader_import_string", "chdir_relative", "sqlite_fifo_fork_exec",
+            "from_file_suite")  # fmt: skip
 
 
 def test_fallback_sandbox_blocks_the_same_cheats(course, tmp_path):
@@ -130,6 +131,40 @@ def test_fallback_sandbox_blocks_the_same_cheats(course, tmp_path):
     assert listener.connections == []
     assert hidden.read_bytes() == before
     assert not (course / "PWNED.txt").exists()
+
+
+def test_a_grader_file_changed_while_grading_produces_no_results(course, tmp_path):
+    """Issue 28, section 3: a shared mapping from a worker running as root rewrote one of the
+    grader's modules (imported after grading) and a blank notebook scored full marks. Whatever
+    the route, the grader now compares its own files (package and hidden suite) with their
+    digests taken before student code ran, before it writes anything: here a trusted test
+    plays the write, so the check itself is what is tested."""
+    copy = tmp_path / "course"
+    shutil.copytree(course, copy, symlinks=True)
+    suite = copy / "autograder" / "suites" / A
+    planted = suite / "planted_helper.py"
+    hidden = suite / "test_fx_attention.py"
+    first = "    q, k, v = random_qkv(rng)\n    y = student.attention(q, k, v)\n"
+    text = hidden.read_text()
+    assert first in text
+    write = f"    __import__('pathlib').Path({str(planted)!r}).write_text('x = 1')\n"
+    hidden.write_text(text.replace(first, write + first, 1))
+    built = tmp_path / "all"
+    corpus.build_corpus(copy / "assignments" / A / NB, built, hidden_file=hidden, port=9,
+                        course_root=copy)  # fmt: skip
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    shutil.copy(built / "reference.ipynb", subs / "reference.ipynb")
+    out = tmp_path / "out"
+    run = corpus.cli(
+        "--course-dir", str(copy), "grade", A, "--submissions", str(subs), "--out", str(out),
+        "--timeout", "5", "--no-gradebook", "--quiet", "--jobs", "1", check=False,
+    )  # fmt: skip
+    assert run.returncode == 2, (run.stdout[-2000:], run.stderr[-2000:])
+    assert "the grader's own files changed" in run.stderr and "planted_helper.py" in run.stderr
+    assert "no results are written" in run.stderr
+    assert not (out / "feedback").exists()
+    assert json.loads((out / "report.json").read_text())["rows"] == []
 
 
 def test_wall_limit_stops_a_submission_and_says_so(course, tmp_path):

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import socket
+import sys
+import tempfile
 import threading
 import time
 
@@ -232,26 +235,77 @@ class Scale(nn.Module):
         x.mul_(2.0)
         return x
 
+def map_file(path):
+    out = []
+    for route in (
+        lambda: torch.from_file(path, shared=False, size=4, dtype=torch.uint8),
+        lambda: torch._C._VariableFunctions.from_file(path, size=4, dtype=torch.uint8),
+        lambda: torch.ops.aten.from_file(path, size=4, dtype=torch.uint8),
+        lambda: torch.UntypedStorage.from_file(path, True, 4),
+        lambda: torch._C.StorageBase.from_file(path, False, 4),
+        lambda: torch.ByteStorage.from_file(path, False, 4),
+    ):
+        try:
+            out.append("mapped: " + str(route())[:40])
+        except Exception as error:
+            out.append(type(error).__name__ + ": " + str(error)[:80])
+    return out
+
+def checkpoint(outside):
+    torch.save({"w": torch.ones(2)}, "model.pt")
+    back = torch.load("model.pt")["w"].sum().item()
+    try:
+        torch._C.PyTorchFileWriter(outside)
+        return back, "written"
+    except Exception as error:
+        return back, type(error).__name__
+
+def access(paths):
+    return {p: [os.access(p, m) for m in (os.R_OK, os.W_OK, os.X_OK)] for p in paths}
+
 def capabilities():
     with open("/proc/self/status") as f:
         return {k: v.strip() for k, v in (l.split(":", 1) for l in f) if k.startswith("Cap")}
 """
 
 
+def _interpreter_reachable_by_others() -> None:
+    """In the zygote, before it starts (fallback tests only): where Python is installed under a
+    folder other users cannot traverse (``/root/.pyenv`` here; Gradescope's is in ``/usr``), a
+    private mount namespace covers that folder with a traversable tmpfs holding the install
+    again, so that a worker with a uid of its own reads the interpreter as it would on a host."""
+    path = os.path.realpath(sys.base_prefix)
+    parts = path.split("/")
+    for i in range(2, len(parts)):
+        folder, child = "/".join(parts[:i]), "/".join(parts[: i + 1])
+        if os.stat(folder).st_mode & 0o001:
+            continue
+        namespaces = zygote_module.namespaces
+        namespaces.unshare(namespaces.CLONE_NEWNS)
+        namespaces.mount("none", "/", None, namespaces.MS_REC | namespaces.MS_PRIVATE, None)
+        held = os.open(child, os.O_PATH | os.O_CLOEXEC)
+        namespaces.mount("tmpfs", folder, "tmpfs", 0, "size=1m,mode=711")
+        namespaces._bind(held, child, readonly=True)
+        return
+
+
 @pytest.fixture(scope="session", params=["auto", "fallback"])
 def zygote(request, tmp_path_factory):
     secret = tmp_path_factory.mktemp("hidden")
     (secret / "test_hidden.py").write_text("SECRET = 'CANARY-SANDBOX'\n")
-    scratch = tmp_path_factory.mktemp("scratch")
+    scratch = tempfile.mkdtemp(prefix="ag-scratch-test-")  # workers' uids reach it (not 0700)
     os.environ["AUTOGRADER_TEST_SECRET"] = "do-not-leak"
     if request.param == "auto" and not zygote_module.namespaces.available():
         pytest.skip("no namespaces here: auto mode refuses (see test_grader_hardening.py)")
-    claimed = (
-        zygote_module.claim_uid_block() if request.param == "auto" and os.geteuid() == 0 else None
-    )
+    results = tmp_path_factory.mktemp("results")
+    (results / "results.json").write_text("{}")
+    os.chmod(results, 0o755)  # as the grader creates it: open to others until protected
+    claimed = zygote_module.claim_uid_block() if os.geteuid() == 0 else None  # both modes
     config = {
         "mode": request.param,
         "hide": [str(secret)],
+        "protect": [str(results)],
+        "prepare": _interpreter_reachable_by_others if request.param == "fallback" else None,
         "limits": {"cpu": 30},
         "uid_base": claimed[0] if claimed else None,
         "scratch": str(scratch),
@@ -262,9 +316,13 @@ def zygote(request, tmp_path_factory):
     ready = protocol.recv(sock)
     sock.settimeout(None)
     os.environ.pop("AUTOGRADER_TEST_SECRET")
-    yield {"client": proxy.ZygoteClient(sock), "report": ready["report"], "secret": secret}
+    yield {
+        "client": proxy.ZygoteClient(sock), "report": ready["report"], "secret": secret,
+        "results": results,
+    }  # fmt: skip
     sock.close()
     os.waitpid(pid, 0)
+    shutil.rmtree(scratch, ignore_errors=True)
     if claimed:
         os.close(claimed[1])
 
@@ -302,7 +360,37 @@ def test_worker_is_contained(student):
     assert 0 < facts["limits"]["RLIMIT_FSIZE"] < 2**40
     if zygote["report"]["use_uid"]:
         assert facts["uid"] >= zygote_module.UID_FIRST and facts["limits"]["RLIMIT_NPROC"] <= 64
+    if zygote["report"]["mount_ns"]:
         assert facts["cwd"] == "/tmp/submission"
+
+
+def test_a_root_grader_runs_workers_as_a_uid_of_their_own_in_both_modes(student):
+    """Issue 28, section 3: in fallback mode as root (Gradescope: no CAP_SYS_ADMIN) the worker
+    ran as root beside the hidden suite; now it drops to a uid of its own, and the suite, the
+    grader's package and the results folder are closed to it whatever route it takes (os.access
+    has no audit event: this is the kernel's answer, not the audit hook's)."""
+    st, _, zygote = student
+    if os.geteuid() != 0:
+        pytest.skip("not root: fallback keeps the grader's uid (and says so)")
+    report = zygote["report"]
+    assert report["use_uid"] and "uid from" in report["uid"]
+    caps = st.capabilities()
+    assert {caps[k] for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")} == {
+        "0000000000000000"
+    }
+    grader_file = os.path.join(zygote_module.PACKAGE_DIR, "host", "grader.py")
+    paths = [
+        str(zygote["secret"] / "test_hidden.py"), str(zygote["secret"]),
+        str(zygote["results"] / "results.json"), str(zygote["results"]), grader_file,
+        zygote_module.PACKAGE_DIR,
+    ]  # fmt: skip
+    seen = st.access(paths)
+    assert all(seen[p] == [False, False, False] for p in paths), seen
+    assert st.access(["."])["."] == [True, True, True]  # its own work folder
+    if not report["mount_ns"]:
+        assert "fallback sandbox as root" in report["filesystem"]
+        assert str(zygote["results"]) in report["closed"]
+        assert os.stat(zygote["results"]).st_mode & 0o007 == 0
 
 
 def test_files_outside_the_work_folder_are_off_limits(student, tmp_path):
@@ -428,6 +516,19 @@ def test_calls_report_the_arguments_they_modified_in_place(student):
     assert scale.tracked(torch.ones(2)).modified == ["x"]
     with pytest.raises(proxy.InputModified, match="'x'"):
         scale.method("forward").unmodified(torch.ones(2))
+
+
+def test_file_mappings_are_refused_and_checkpoints_stay_in_the_work_folder(student, tmp_path):
+    """Issue 28, section 3: torch.from_file (no audit event) read the hidden suite into
+    results.json in fallback mode, and a shared mapping could rewrite the grader's modules."""
+    st, _, zygote = student
+    secret = str(zygote["secret"] / "test_hidden.py")
+    for outcome in st.map_file(secret) + st.map_file("submission.py"):
+        assert outcome.startswith("PermissionError") and "from_file" in outcome, outcome
+    assert st.checkpoint(str(tmp_path / "planted.pt")) == (2.0, "PermissionError") or (
+        zygote["report"]["mount_ns"] and st.checkpoint(str(tmp_path / "planted.pt"))[1] != "written"
+    )
+    assert not (tmp_path / "planted.pt").exists()
 
 
 def test_missing_names_are_reported_clearly(student):
