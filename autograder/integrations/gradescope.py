@@ -26,6 +26,15 @@ fails, the student gets a 0 with a message rather than Gradescope's generic erro
 ``AUTOGRADER_ROOT`` to run it outside Gradescope (a scratch root with ``source/`` and
 ``submission/``), and ``AUTOGRADER_PYTHON`` to use another interpreter than the venv's.
 
+Seeds: each zip carries its own secret salt (``gradescope.json``'s ``salt``: 32 random bytes drawn
+when the zip is built, never in the repository), so the inputs a student's tests draw cannot be
+computed from public data (the grader's source, the student's id). Where Gradescope's
+``submission_metadata.json`` gives the attempt (``previous_submissions``), the salt used is
+derived from the zip's and the attempt's number, so each resubmission draws new inputs and
+harvesting expected values across attempts gains nothing. Workers never see it (the zygote
+clears the environment; ``/autograder/source`` is outside the sandbox's root, or closed to the
+workers' uid in fallback mode as root).
+
 Visibility (Gradescope's ``visible``, ``after_due_date``, ``after_published`` or ``hidden``): a
 default for every test plus ``fnmatch`` patterns on the test's node id, from
 ``autograder/suites/<assignment>/gradescope.json`` (``{"visibility": "visible", "tests":
@@ -35,8 +44,11 @@ default for every test plus ``fnmatch`` patterns on the test's node id, from
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import os
+import re
+import secrets
 import stat
 import tomllib
 import traceback
@@ -189,6 +201,7 @@ def build(
         if not path.is_dir():
             raise SetupError(f"no {what} for {assignment!r} at {path}")
     config = {"assignment": assignment, **visibility_config(suite, visibility, test_visibility)}
+    config["salt"] = secrets.token_hex(32)  # this zip's own: drawn now, never in the repository
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
         _add_text(zf, "setup.sh", SETUP, executable=True)
@@ -219,6 +232,31 @@ def student_identity(root: Path) -> str:
     except (OSError, ValueError, AttributeError, IndexError, TypeError):
         pass
     return "submission"
+
+
+def attempt_number(root: Path) -> int | None:
+    """Which attempt this submission is (0 for the first), from the number of previous
+    submissions Gradescope lists in ``submission_metadata.json``; None where it lists none."""
+    try:
+        meta = json.loads((root / "submission_metadata.json").read_text())
+        previous = meta.get("previous_submissions")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return len(previous) if isinstance(previous, list) else None
+
+
+def attempt_salt(config: dict, attempt: int | None) -> str:
+    """The salt the seeds are drawn with: the zip's own, and the attempt's number where known."""
+    salt = config.get("salt")
+    if not isinstance(salt, str) or not re.fullmatch(r"[0-9a-f]{64}", salt):
+        raise SetupError(
+            f"{CONFIG} in the autograder zip has no valid salt (64 hex digits): without it every "
+            "student's seeds are computable from public data; rebuild the zip with `python -m "
+            "autograder gradescope <assignment>` and upload it again"
+        )
+    if attempt is None:
+        return salt
+    return hashlib.sha256(f"{salt}\0attempt {attempt}".encode()).hexdigest()
 
 
 def level_for(nodeid: str, config: dict) -> str:
@@ -259,6 +297,7 @@ def run(root: Path, grade: Callable[[list[str]], int]) -> int:
     config = json.loads((source / CONFIG).read_text())
     assignment = config["assignment"]
     student = student_identity(root)
+    os.environ["AUTOGRADER_SALT"] = attempt_salt(config, attempt_number(root))  # for `grade`
     from autograder.sandbox.namespaces import available
 
     # Gradescope runs each submission in a throwaway container that holds only this zip (no

@@ -4,8 +4,11 @@ fallback sandbox (no namespaces) on the cheats that matter most for it."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import sys
+import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -165,6 +168,53 @@ def test_a_grader_file_changed_while_grading_produces_no_results(course, tmp_pat
     assert "no results are written" in run.stderr
     assert not (out / "feedback").exists()
     assert json.loads((out / "report.json").read_text())["rows"] == []
+
+
+def test_the_gradescope_zip_has_its_own_salt_and_each_attempt_draws_new_seeds(
+    course, tmp_path, monkeypatch
+):
+    """Issue 28, section 3: the zip carried no salt, so every Gradescope seed was computable
+    from public data, and a resubmission drew the same inputs. A fake /autograder layout; the
+    grade command is stubbed (tests/course/test_instructor_workflow.py runs the real one)."""
+    from autograder.course.layout import SetupError
+    from autograder.host.plugin import derive_seed
+    from autograder.integrations import gradescope
+
+    zips = [tmp_path / "first.zip", tmp_path / "second.zip"]
+    for archive in zips:
+        corpus.cli("--course-dir", str(course), "gradescope", A, "--out", str(archive))
+    salts = [json.loads(zipfile.ZipFile(z).read("gradescope.json"))["salt"] for z in zips]
+    assert salts[0] != salts[1] and all(re.fullmatch("[0-9a-f]{64}", s) for s in salts)
+    assert not any(salts[0] in p.read_text(errors="ignore") for p in course.rglob("*.json"))
+
+    monkeypatch.setenv("AUTOGRADER_SALT", "restored after the test")
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(zips[0]) as zf:
+        zf.extractall(root / "source")
+    (root / "submission").mkdir()
+    used = []
+
+    def grade(argv: list[str]) -> int:  # what the command line's entry point would get
+        used.append(os.environ["AUTOGRADER_SALT"])
+        Path(argv[argv.index("--gradescope") + 1]).write_text('{"score": 0, "tests": []}')
+        return 0
+
+    for previous in ([], [{"score": 0}], [{"score": 0}, {"score": 1}], None):
+        meta = {"users": [{"id": 4711}]}
+        if previous is not None:
+            meta["previous_submissions"] = previous
+        (root / "submission_metadata.json").write_text(json.dumps(meta))
+        assert gradescope.run(root, grade=grade) == 0
+    assert len(set(used[:3])) == 3 and salts[0] not in used[:3]  # one salt per attempt
+    assert used[3] == salts[0]  # no attempt listed: the zip's own salt, still secret
+    seeds = {derive_seed(salt, A, "gs-4711", "t.py::test") for salt in used}
+    assert len(seeds) == 4 and derive_seed("", A, "gs-4711", "t.py::test") not in seeds
+
+    config = json.loads((root / "source" / "gradescope.json").read_text())
+    del config["salt"]  # a zip without its salt (edited by hand): refused, and said why
+    (root / "source" / "gradescope.json").write_text(json.dumps(config))
+    with pytest.raises(SetupError, match="no valid salt"):
+        gradescope.run(root, grade=grade)
 
 
 def test_wall_limit_stops_a_submission_and_says_so(course, tmp_path):
