@@ -9,8 +9,8 @@
   points per student (see ``autograder/nbbridge.py``).
 - Due dates: ``c.Autograder.due_dates`` below (read by ``python -m autograder grade``).
 - LMS downloads (``nbgrader zip_collect``): set ``COURSE_LMS`` to ``canvas`` (default), ``moodle``
-  or ``blackboard``. nbgrader matches the pattern against the *full path* of each extracted file,
-  so every pattern starts with ``.*/`` and none with ``^``.
+  or ``blackboard``. The course's collector matches the pattern against the *whole upload name*
+  (the path inside the LMS's zip), so a file inside an upload cannot claim another student's id.
 """
 
 import os
@@ -80,25 +80,29 @@ c.ExportApp.plugin_class = "autograder.integrations.nbbridge.CourseCsvExport"
 # `nbgrader zip_collect <name>`: put the LMS's zip in grading/downloaded/<name>/archive/.
 LMS_PATTERNS = {
     # Canvas: smithjohn_12345_67890_a2_self_attention.ipynb (late: smithjohn_LATE_12345_...)
-    "canvas": r".*/(?P<name>[^/_]+)_(?P<late>LATE_)?(?P<student_id>\d+)_\d+_(?P<file_id>[^/]+)$",
+    "canvas": r"^(?P<name>[^/_]+)_(?P<late>LATE_)?(?P<student_id>\d+)_\d+_(?P<file_id>[^/]+)$",
     # Moodle: "John Smith_12345_assignsubmission_file_/a2.ipynb" (or the same without the slash)
-    "moodle": (
-        r".*/(?P<name>[^/_]+)_(?P<student_id>\d+)_assignsubmission_file_/?(?P<file_id>[^/]+)$"
-    ),
+    "moodle": r"^(?P<name>[^/_]+)_(?P<student_id>\d+)_assignsubmission_file_/?(?P<file_id>[^/]+)$",
     # Blackboard: A2_jsmith_attempt_2026-11-24-10-15-30_a2_self_attention.ipynb
     "blackboard": (
-        r".*/[^/]*?_(?P<student_id>[^/_]+)_attempt_"
+        r"^[^/]*?_(?P<student_id>[^/_]+)_attempt_"
         r"(?P<timestamp>\d{4}-\d{2}-\d{2}-\d{2}-\d{2}-\d{2})_?(?P<file_id>[^/]*)$"
     ),
 }
 c.FileNameCollectorPlugin.named_regexp = LMS_PATTERNS[os.environ.get("COURSE_LMS", "canvas")]
 c.FileNameCollectorPlugin.valid_ext = [".ipynb", ".py"]
-# Submission times: the LMS's upload time (the zip entry's time; Blackboard's is in the file
-# name), not the time of extraction; Canvas's LATE_ verdict and the names go to lms.json
-# (autograder/integrations/lms.py). A zip stores local times without a zone: set yours here.
-c.ZipCollectApp.extractor_plugin = "autograder.integrations.lms.TimedExtractor"
+# The course's plug-ins (autograder/integrations/lms.py): only the LMS's own zip is unpacked
+# (a student's archive is copied as a file), member by member, with caps per file, per student
+# and for the class; a bad member is a note for its student (in lms.json), never the class's
+# abort. Submission times: the LMS's upload time (the zip entry's time; Blackboard's is in the
+# file name), not the time of extraction; Canvas's LATE_ verdict and the names go to lms.json.
+# A zip stores local times without a zone: set yours here.
+c.ZipCollectApp.extractor_plugin = "autograder.integrations.lms.CourseExtractor"
 c.ZipCollectApp.collector_plugin = "autograder.integrations.lms.LmsCollector"
-c.TimedExtractor.zip_timezone = os.environ.get("COURSE_LMS_TIMEZONE", "UTC")
+c.CourseExtractor.zip_timezone = os.environ.get("COURSE_LMS_TIMEZONE", "UTC")
+c.CourseExtractor.max_member_bytes = 64 * 1024**2  # the grader reads no larger notebook
+c.CourseExtractor.max_student_bytes = 128 * 1024**2
+c.CourseExtractor.max_total_bytes = 4 * 1024**3
 
 # Releases must not depend on which files happen to sit beside a source notebook.
 # The text source of a notebook (solutions/<name>/<name>.md, with the solutions) is never released.

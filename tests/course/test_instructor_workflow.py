@@ -280,17 +280,18 @@ def test_nbgrader_release_submit_collect_grade_feedback_export(course, tmp_path)
          "jsmith", "a2_self_attention.ipynb"),
     ],
 )  # fmt: skip
-def test_lms_file_name_patterns_match_full_paths(monkeypatch, lms, path, student, file_id):
-    from nbgrader.plugins import FileNameCollectorPlugin
+def test_lms_file_name_patterns_match_whole_upload_names(monkeypatch, lms, path, student, file_id):
     from traitlets.config.loader import PyFileConfigLoader
+
+    from autograder.integrations.lms import LmsCollector
 
     monkeypatch.setenv("COURSE_LMS", lms)
     cfg = PyFileConfigLoader("nbgrader_config.py", path=str(REPO)).load_config()
-    plugin = FileNameCollectorPlugin(config=cfg)
-    full = f"/srv/course/grading/downloaded/a2/extracted/submissions/{path}"
-    found = plugin.collect(full)
+    plugin = LmsCollector(config=cfg)
+    found = plugin.match(path)
     assert found is not None and found["student_id"] == student and found["file_id"] == file_id
-    assert plugin.collect(full.replace(".ipynb", ".txt").replace(".py", ".txt")) is None
+    assert plugin.match(f"submissions/{path}") is None  # anchored to the upload's own name
+    assert plugin.collect(f"/srv/x/{path}".replace(".ipynb", ".txt").replace(".py", ".txt")) is None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -404,7 +404,7 @@ def test_matplotlib_imports_under_the_workers_refusals():
 
 
 def test_the_lms_extractor_keeps_upload_times_of_zipped_and_loose_files(tmp_path):
-    from autograder.integrations.lms import LmsCollector, TimedExtractor
+    from autograder.integrations.lms import CourseExtractor, LmsCollector
 
     archive, extracted = tmp_path / "archive", tmp_path / "extracted"
     _lms_zip(archive / "canvas.zip", {
@@ -415,7 +415,7 @@ def test_the_lms_extractor_keeps_upload_times_of_zipped_and_loose_files(tmp_path
     loose.write_text("{}")
     os.utime(loose, (0, DUE.timestamp()))
     extracted.mkdir()
-    TimedExtractor(zip_timezone="Europe/Berlin").extract(str(archive), str(extracted))
+    CourseExtractor(zip_timezone="Europe/Berlin").extract(str(archive), str(extracted))
     got = {
         p.name: datetime.fromtimestamp(p.stat().st_mtime, tz=UTC)
         for p in extracted.rglob("*")
@@ -426,9 +426,135 @@ def test_the_lms_extractor_keeps_upload_times_of_zipped_and_loose_files(tmp_path
         "smithjohn_12345_67890_helpers.py": datetime(2026, 11, 19, 7, 0, tzinfo=UTC),
         f"leeann_4242_1_{NB}": DUE,
     }, got
-    collector = LmsCollector(
-        named_regexp=r".*/(?P<name>[^/_]+)_(?P<late>LATE_)?(?P<student_id>\d+)_\d+_(?P<file_id>[^/]+)$"
-    )
+    collector = LmsCollector(named_regexp=CANVAS)
     found = collector.collect(str(extracted / "canvas" / f"doejane_LATE_23456_67891_{NB}"))
     assert found["student_id"] == "23456" and found["late"] == "LATE_"
     assert found["timestamp"] == "2026-11-20 14:30:00 UTC"
+
+
+# ---------------------------------------------------------------------------------------------
+# Intake from an LMS: one hostile upload costs its student only (issue 28, section 5)
+# ---------------------------------------------------------------------------------------------
+
+CANVAS = r"^(?P<name>[^/_]+)_(?P<late>LATE_)?(?P<student_id>\d+)_\d+_(?P<file_id>[^/]+)$"
+WHEN = (2026, 11, 20, 11, 0, 0)
+
+
+def _zip_bytes(entries: dict[str, bytes]) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in entries.items():
+            zf.writestr(zipfile.ZipInfo(name, date_time=WHEN), data)
+    return buffer.getvalue()
+
+
+def _hostile_download(archive: Path, honest: str) -> None:
+    """A Canvas download: two honest students and one hostile upload per class of attack."""
+    nested = _zip_bytes({"../../../../escaped.ipynb": b"{}", f"doejane_23456_1_{NB}": b"{}"})
+    bomb = zipfile.ZipInfo(f"bomber_30004_4_{NB}", date_time=WHEN)
+    bomb.compress_type = zipfile.ZIP_DEFLATED
+    archive.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(archive / "canvas.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in {
+            f"smithjohn_12345_67890_{NB}": honest,
+            f"doejane_23456_67891_{NB}": honest,
+            "nester_30001_1_work.zip": nested,  # ../ members, and another student's Canvas name
+            "faker_30002_2_.zip": b"not a zip at all",
+            f"longname_30003_3_{'x' * 300}.ipynb": honest,
+            f"<img src=x onerror=alert(1)>_30005_5_{NB}": honest,  # a name formgrader would show
+            "../../../../../escaped_top.ipynb": b"{}",
+        }.items():
+            zf.writestr(zipfile.ZipInfo(name, date_time=WHEN), data)
+        with zf.open(bomb, "w") as f:  # 24 MiB of zeros: 24 KB in the zip
+            for _ in range(24):
+                f.write(bytes(1024**2))
+    (archive / "broken.zip").write_bytes(b"PK\x03\x04 truncated")  # the instructor's bad file
+
+
+def test_hostile_lms_uploads_cost_their_students_only(tmp_path):
+    """nbgrader zip_collect with the course's configuration: a nested zip with ``../`` members and
+    another student's Canvas name, a ``.zip`` that is not one, a 300-character name and a zip
+    bomb (caps lowered on the command line) each become a note for that student; the class is
+    collected; nothing is written outside ``extracted/``; nobody is filed under another id."""
+    course = corpus.make_course(tmp_path / "course")
+    (course / "home").mkdir()
+    honest = _notebook(course)
+    downloaded = course / "grading" / "downloaded" / A
+    _hostile_download(downloaded / "archive", honest)
+    out = _nbgrader(
+        course, "zip_collect", A, "--CourseExtractor.max_member_bytes=8388608", COURSE_LMS="canvas"
+    )
+    submitted = course / "grading" / "submitted"
+    students = sorted(p.name for p in submitted.iterdir())
+    assert students == ["12345", "23456", "30003", "30005"], (students, out.stderr)
+    for student in ("12345", "23456"):
+        assert sorted(p.name for p in (submitted / student / A).iterdir()) == [
+            NB,
+            "timestamp.txt",
+        ]
+        assert (submitted / student / A / NB).read_text() == honest  # not the nested copy
+    long_one = [p.name for p in (submitted / "30003" / A).iterdir() if p.suffix == ".ipynb"]
+    assert len(long_one) == 1 and len(long_one[0]) < 160, long_one
+    assert not list(course.rglob("escaped*")), "a member escaped extracted/"
+    sizes = sum(p.stat().st_size for p in (course / "grading").rglob("*") if p.is_file())
+    assert sizes < 8 * 1024**2, sizes
+    notes = json.loads((downloaded / "lms.json").read_text())
+    said = {student: " ".join(entry.get("notes", [])) for student, entry in notes.items()}
+    assert "not unpacked" in said["30001"] and "work.zip" in said["30001"], said
+    assert "not unpacked" in said["30002"], said
+    assert "shortened" in said["30003"], said
+    assert "8 MB" in said["30004"] and "limit" in said["30004"], said
+    assert not said.get("12345") and not said.get("23456"), said
+    assert notes["12345"]["name"] == "smithjohn" and "name" not in notes["30005"], notes
+    log = out.stdout + out.stderr
+    assert "broken.zip" in log and "not a zip" in log, log
+    assert "escaped_top.ipynb" in log, log
+
+
+def test_the_course_extractor_caps_members_students_and_the_class(tmp_path):
+    from autograder.integrations.lms import CourseExtractor
+
+    archive, extracted = tmp_path / "archive", tmp_path / "extracted"
+    archive.mkdir()
+    with zipfile.ZipFile(archive / "canvas.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        for name in ("a_1_1_x.py", "a_1_2_y.py", "a_1_3_z.py", "b_2_1_x.py", "c_3_1_x.py",
+                     "d_4_1_x.py"):  # fmt: skip
+            zf.writestr(zipfile.ZipInfo(name, date_time=WHEN), b"#" * 600)
+    extracted.mkdir()
+    extractor = CourseExtractor(
+        max_member_bytes=1000, max_student_bytes=1500, max_total_bytes=2800,
+        named_regexp=CANVAS,
+    )  # fmt: skip
+    extractor.extract(str(archive), str(extracted))
+    kept = sorted(p.name for p in extracted.rglob("*.py"))
+    assert kept == ["a_1_1_x.py", "a_1_2_y.py", "b_2_1_x.py", "c_3_1_x.py"], kept
+    notes = extractor.student_notes()
+    assert "per-student limit" in " ".join(notes["1"]), notes
+    assert "class" in " ".join(notes["4"]) and "2" not in notes, notes
+
+
+@pytest.mark.parametrize(
+    ("lms", "upload", "student"),
+    [
+        ("canvas", f"smithjohn_12345_67890_{NB}", "12345"),
+        ("canvas", f"smithjohn_12345_67890_work/doejane_23456_67891_{NB}", None),  # inside one
+        ("moodle", f"Ann Lee_4242_assignsubmission_file_/{NB}", "4242"),
+        ("moodle", f"Ann Lee_4242_assignsubmission_file_/Bob Roe_5555_assignsubmission_file_/{NB}",
+         None),
+        ("canvas", f"Ann Lee_4242_assignsubmission_file_/doejane_23456_67891_{NB}", None),
+        ("blackboard", f"A2_jsmith_attempt_2026-11-24-10-15-30_{NB}", "jsmith"),
+        ("blackboard", f"A2_.._attempt_2026-11-24-10-15-30_{NB}", None),  # not a folder name
+        ("blackboard", "A2_jsmith_attempt_2026-11-24-10-15-30_..", None),
+    ],
+)  # fmt: skip
+def test_lms_patterns_are_anchored_to_the_upload_name(monkeypatch, lms, upload, student):
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from autograder.integrations.lms import LmsCollector
+
+    monkeypatch.setenv("COURSE_LMS", lms)
+    cfg = PyFileConfigLoader("nbgrader_config.py", path=str(REPO)).load_config()
+    found = LmsCollector(config=cfg).match(upload)
+    assert (found["student_id"] if found else None) == student, found
