@@ -104,6 +104,12 @@ c.CourseExtractor.max_member_bytes = 64 * 1024**2  # the grader reads no larger 
 c.CourseExtractor.max_student_bytes = 128 * 1024**2
 c.CourseExtractor.max_total_bytes = 4 * 1024**3
 
+# Pages (formgrader, generate_feedback): every HTMLExporter the course's nbgrader makes cleans
+# the notebook first (Markdown rendered and cleaned, raw cells escaped, outputs text and images
+# with numeric sizes only; autograder/integrations/pages.py) and sanitises HTML outputs.
+c.HTMLExporter.sanitize_html = True
+c.HTMLExporter.preprocessors = ["autograder.integrations.pages.InertPage"]
+
 # Releases must not depend on which files happen to sit beside a source notebook.
 # The text source of a notebook (solutions/<name>/<name>.md, with the solutions) is never released.
 c.CourseDirectory.ignore = [

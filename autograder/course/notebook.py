@@ -95,8 +95,12 @@ class ReadResult:
 
 
 def sha256_file(path: Path) -> str:
+    """The digest of a regular file (a link, FIFO or device raises OSError: nothing blocks)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(f"{Path(path).name} is not a regular file")
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -174,6 +178,13 @@ def _read_regular(path: Path, max_bytes: int) -> bytes:
     if len(data) > max_bytes:
         raise NotebookError(f"{path.name} is over the {max_bytes / 1024**2:.0f} MB limit")
     return data
+
+
+def read_regular(path: Path, *, max_bytes: int = MAX_NOTEBOOK_BYTES) -> bytes:
+    """The bytes of a file from a student's folder, read as :func:`read_notebook` reads: a
+    regular file, not a link, FIFO or device, not empty, at most ``max_bytes``; else
+    NotebookError with the reason. Every reader of submission files goes through here."""
+    return _read_regular(Path(path), max_bytes)
 
 
 def read_notebook(path: Path, *, max_bytes: int = MAX_NOTEBOOK_BYTES) -> ReadResult:

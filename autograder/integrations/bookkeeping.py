@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import copy
-import shutil
 import warnings
 from datetime import UTC
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 import nbformat
 
 from autograder.course.layout import Course
+from autograder.course.notebook import NotebookError, read_regular
 
 CARRIED = ("timestamp.txt", "submission_secret.txt")
 NOT_GRADED = "added by the student: not graded"
@@ -34,6 +34,7 @@ OUTPUT_NOTE = "[the student's own output when they ran this cell; not graded]\n"
 MAX_TEXT = 20_000  # characters per text output kept
 MAX_DATA = 2_000_000  # characters per rich output (e.g. a base64 PNG)
 MAX_TOTAL = 20_000_000  # characters of the student's outputs kept per notebook
+MAX_SMALL = 4096  # bytes of timestamp.txt, submission_secret.txt
 SAFE_MIME = ("text/plain", "image/png", "image/jpeg", "image/gif")  # shown, never run
 
 
@@ -74,7 +75,7 @@ def finish(course: Course, assignment: str, subs: list, rows: list[dict]) -> lis
     from nbgrader.utils import parse_utc
 
     from autograder.integrations.gradebook import nbgrader_settings
-    from autograder.integrations.lms import read_lms, split_name
+    from autograder.integrations.lms import PLAIN_NAME, read_lms, split_name
 
     quiet_sqlalchemy()
     settings = nbgrader_settings(course.root)
@@ -100,28 +101,33 @@ def finish(course: Course, assignment: str, subs: list, rows: list[dict]) -> lis
             dest = Path(settings["autograded"]) / key / assignment
             dest.mkdir(parents=True, exist_ok=True)
             for name in CARRIED:
-                if _regular(base / name) and base.resolve() != dest.resolve():
-                    shutil.copyfile(base / name, dest / name)
+                if base.resolve() != dest.resolve():
+                    carry(base / name, dest / name)
             _complete(dest, sub)
             try:
                 submission = gb.find_submission(assignment, key)
             except MissingEntry:
                 continue
-            stamp = dest / "timestamp.txt"
-            if _regular(stamp):
+            stamp = _small(dest / "timestamp.txt")
+            if stamp is not None:
                 try:
-                    submission.timestamp = parse_utc(stamp.read_text().strip())
+                    submission.timestamp = parse_utc(stamp.strip())
                 except (ValueError, OverflowError):
-                    row["notes"].append(f"unreadable timestamp.txt: {stamp.read_text()[:40]!r}")
+                    row["notes"].append(f"unreadable timestamp.txt: {stamp[:40]!r}")
             gb.db.commit()
             seconds = submission.total_seconds_late
             row["timestamp"] = submission.timestamp.isoformat() if submission.timestamp else None
             row["seconds_late"] = float(seconds or 0)
             from_lms = lms.get(key) if isinstance(lms.get(key), dict) else {}
             student = submission.student
-            if from_lms.get("name") and not (student.first_name or student.last_name):
+            name = from_lms.get("name")
+            plain = isinstance(name, str) and PLAIN_NAME.fullmatch(name)  # formgrader shows it raw
+            if plain and not (student.first_name or student.last_name):
                 student.first_name, student.last_name = split_name(str(from_lms["name"]))
                 gb.db.commit()  # formgrader shows the LMS's name, not "None, None"
+            for note in (from_lms.get("notes") or [])[:12]:  # what zip_collect could not take
+                row["notes"].append(f"upload: {str(note)[:300]}")
+                print(f"  upload: {row['student']}: {str(note)[:300]}")
             if from_lms.get("late"):
                 row["lms_late"] = True
                 row["notes"].append("the LMS marked this submission late")
@@ -213,6 +219,24 @@ def _regular(path: Path) -> bool:
     return path.is_file() and not path.is_symlink()
 
 
+def _small(path: Path) -> str | None:
+    """A bookkeeping file of the student's folder, through the grader's bounded reader."""
+    try:
+        return read_regular(path, max_bytes=MAX_SMALL).decode("utf-8", "replace")
+    except NotebookError:
+        return None
+
+
+def carry(source: Path, dest: Path) -> bool:
+    """Copy a bookkeeping file (``timestamp.txt``, ``submission_secret.txt``) if it is a small
+    regular file: a student's link, FIFO or 8 GB file is not copied."""
+    text = _small(source)
+    if text is None:
+        return False
+    dest.write_text(text, encoding="utf-8")
+    return True
+
+
 def _nbgrader_meta(cell: Any) -> dict:
     """The cell's nbgrader metadata, or ``{}`` where a hostile notebook put something else."""
     meta = cell.get("metadata")
@@ -227,8 +251,9 @@ def _grade_id(cell: Any) -> str | None:
 
 def keep_student_work(autograded: Path, submitted: Path) -> bool:
     """Add the student's outputs and added cells to the autograded notebook (in place)."""
-    try:
-        student = nbformat.read(submitted, as_version=4)
+    try:  # the student's file through the grader's bounded reader (no link, FIFO, device)
+        text = read_regular(submitted).decode("utf-8", "replace")
+        student = nbformat.reads(text, as_version=4)
         nb = nbformat.read(autograded, as_version=4)
     except Exception:  # an unreadable submission: the report says why, nothing to keep
         return False

@@ -389,3 +389,166 @@ def test_autograded_notebook_keeps_the_students_outputs_and_added_cells(tmp_path
     nbformat.validate(out)
     (tmp_path / "bad.ipynb").write_text("{")
     assert not keep_student_work(a, tmp_path / "bad.ipynb")
+
+
+# ---------------------------------------------------------------------------------------------
+# The pages graders open: formgrader and generate_feedback (issue 28, section 5)
+# ---------------------------------------------------------------------------------------------
+
+
+def _hostile_autograded() -> nbformat.NotebookNode:
+    """What a notebook under grading/autograded/ could carry if a student's bytes reached it."""
+    v4 = nbformat.v4
+    png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJ"
+    png += "RU5ErkJggg=="
+    image = v4.new_output(
+        "display_data",
+        data={"image/png": png, "text/plain": "<Figure>"},
+        metadata={"image/png": {"width": "1 onerror=alert(1)", "height": 30}},
+    )
+    html_out = v4.new_output(
+        "display_data",
+        data={
+            "text/html": "<img src=x onerror=alert(1)>",
+            "image/svg+xml": "<svg onload=alert(1)/>",
+            "application/javascript": "alert(1)",
+            "text/markdown": "[m](javascript:alert(1))",
+        },
+    )
+    code = v4.new_code_cell(
+        "x = 1",
+        outputs=[image, html_out],
+        metadata={
+            "nbgrader": {
+                "grade": False,
+                "solution": True,
+                "grade_id": '"><script>alert(1)</script>',
+                "locked": False,
+            }
+        },
+    )
+    written = v4.new_markdown_cell(
+        "My answer <script>alert(1)</script> and [x](javascript&#58;alert(1)), "
+        "[y](&#106;avascript:alert(1)), <javascript:alert(1)>, <a href='javascript:alert(1)'>a</a>"
+        "\n\n<img src=x onerror=alert(1)>\n\n<details open ontoggle=alert(1)>d</details>\n\n"
+        "$a < b$ and **bold**",
+        metadata={
+            "nbgrader": {
+                "grade": True,
+                "solution": True,
+                "grade_id": "explain",
+                "points": 2,
+                "score": 0,
+                "locked": False,
+            }
+        },
+    )
+    raw = v4.new_raw_cell("<script>alert(1)</script>")
+    return v4.new_notebook(cells=[v4.new_markdown_cell("# Task\nIntro text."), code, written, raw])
+
+
+class _LiveParts(__import__("html.parser").parser.HTMLParser):
+    """Scripts, event-handler attributes and script URLs in a page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scripts, self.handlers, self.urls, self._in_script = [], [], [], False
+
+    def handle_starttag(self, tag, attrs):
+        self._in_script = tag == "script"
+        for name, value in attrs:
+            value = value or ""
+            if name.startswith("on"):
+                self.handlers.append(f"<{tag} {name}={value}>")
+            bare = "".join(c for c in value if c > " ").lower()
+            if name in ("href", "src", "action", "formaction", "xlink:href", "data") and (
+                bare.startswith(("javascript:", "vbscript:", "data:text/html"))
+            ):
+                self.urls.append(f"<{tag} {name}={value}>")
+
+    def handle_data(self, data):
+        if self._in_script:
+            self.scripts.append(data)
+
+    def handle_endtag(self, tag):
+        self._in_script = False
+
+
+def _course_exporters() -> dict:
+    """The HTMLExporters nbgrader's feedback and formgrader make with the course's config."""
+    from nbconvert.exporters import HTMLExporter
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.coursedir import CourseDirectory
+    from nbgrader.server_extensions.formgrader import handlers
+    from traitlets.config import Config
+    from traitlets.config.loader import PyFileConfigLoader
+
+    cfg = PyFileConfigLoader("nbgrader_config.py", path=str(REPO)).load_config()
+    feedback = GenerateFeedback(coursedir=CourseDirectory(config=cfg), config=cfg)
+    exporter = feedback.exporter_class(parent=feedback, config=feedback.config)
+    formgrade = Config(cfg)
+    formgrade.HTMLExporter.template_name = "formgrade"
+    formgrade.HTMLExporter.extra_template_basedirs = [handlers.template_path]
+    return {"feedback": exporter, "formgrader": HTMLExporter(config=formgrade)}
+
+
+def test_pages_render_a_hostile_notebook_inert():
+    """An image whose metadata width is ``1 onerror=alert(1)``, a Markdown ``<script>``, a
+    ``[x](javascript&#58;...)`` link (and their cousins) through the course's feedback and
+    formgrader exporters: no live script, event handler or script URL on either page."""
+    resources = {"assignment_id": "a", "notebook_id": "n", "submission_id": "s", "index": 0,
+                 "total": 1, "base_url": "", "student": "s", "last_name": "L",
+                 "first_name": "F", "notebook_path": "p",
+                 "nbgrader": {"notebook": "n", "score": 0, "max_score": 2,
+                              "late_penalty": 0}}  # fmt: skip
+    for name, exporter in _course_exporters().items():
+        benign, _ = exporter.from_notebook_node(
+            nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("hello")]),
+            resources=dict(resources),
+        )
+        page, _ = exporter.from_notebook_node(_hostile_autograded(), resources=dict(resources))
+        live, baseline = _LiveParts(), _LiveParts()
+        live.feed(page)
+        baseline.feed(benign)
+        added = [h for h in live.handlers if h not in baseline.handlers]  # the template's own
+        assert not added, (name, added)
+        assert not live.urls, (name, live.urls)
+        assert [s for s in live.scripts if "alert" in s] == [], name
+        assert len(live.scripts) == len(baseline.scripts), name
+        assert "My answer" in page and "<strong>bold</strong>" in page, name  # still shown
+        assert "data:image/png;base64" in page, name  # the image is still shown
+
+
+def test_student_files_are_read_through_the_bounded_reader(tmp_path):
+    """The student's notebook (outputs kept for graders), timestamp.txt and
+    submission_secret.txt, and the digests in report.json: a link to a host file, a FIFO or an
+    8 GB file is refused, never followed, waited on or copied."""
+    from autograder.course.notebook import sha256_file
+    from autograder.integrations.bookkeeping import carry, keep_student_work
+
+    v4 = nbformat.v4
+    host = tmp_path / "host.ipynb"  # a file of the host the student's link points at
+    shown = v4.new_output("stream", name="stdout", text="HOST SECRET")
+    nbformat.write(v4.new_notebook(cells=[v4.new_code_cell("x", outputs=[shown])]), host)
+    autograded = tmp_path / "autograded.ipynb"
+    nbformat.write(v4.new_notebook(cells=[v4.new_markdown_cell("s"), v4.new_code_cell("x")]),
+                   autograded)  # fmt: skip
+    link = tmp_path / "submitted.ipynb"
+    link.symlink_to(host)
+    assert keep_student_work(autograded, link) is False
+    assert "HOST SECRET" not in autograded.read_text()
+    big = tmp_path / "timestamp.txt"
+    with open(big, "wb") as f:
+        f.truncate(8 * 1024**3)  # sparse: 8 GB that take no disk
+    assert not carry(big, tmp_path / "copied.txt") and not (tmp_path / "copied.txt").exists()
+    assert not carry(link, tmp_path / "copied.txt")
+    (tmp_path / "ok.txt").write_text("2026-11-20 10:00:00 UTC")
+    assert carry(tmp_path / "ok.txt", tmp_path / "copied.txt")
+    fifo = tmp_path / "fifo.ipynb"
+    os.mkfifo(fifo)
+    assert keep_student_work(autograded, fifo) is False  # not opened: nothing waits on it
+    assert not carry(fifo, tmp_path / "fifo.txt")
+    with pytest.raises(OSError):
+        sha256_file(fifo)
+    with pytest.raises(OSError):
+        sha256_file(link)
