@@ -27,6 +27,7 @@ from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 from torch.overrides import TorchFunctionMode  # noqa: E402
+from torch.utils._device import DeviceContext  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from autograder.wire.forbid import PRESETS, expand  # noqa: E402
@@ -66,6 +67,34 @@ COMPILERS = (
 _KEEP = [getattr(_C, _name) for _name in COMPILERS if hasattr(_C, _name)]  # ids stay theirs
 for _name, _original in zip([n for n in COMPILERS if hasattr(_C, n)], _KEEP):
     UNWATCHABLE[id(_original)] = f"torch._C.{_name} (compiled or registered code)"
+# torch's mode stacks: student code that calls one of these itself (a name built at run time)
+# is tampering, even if it puts the stack back before returning; library code may (a
+# ``with torch.device(...)`` pushes a mode).
+MODE_STACK: dict[int, str] = {}
+for _name in ("_push_on_torch_function_stack", "_pop_torch_function_stack",
+              "_push_on_torch_dispatch_stack", "_pop_torch_dispatch_stack", "_set_dispatch_mode",
+              "_unset_dispatch_mode"):  # fmt: skip
+    if hasattr(_C, _name):
+        _KEEP.append(getattr(_C, _name))
+        MODE_STACK[id(_KEEP[-1])] = f"torch._C.{_name}"
+_DEVICE_CONTEXT = DeviceContext  # torch.set_default_device's mode: harmless
+_LIBRARY: list[tuple[str, ...]] = [()]  # filled by freeze(): folders whose files are library code
+TAMPERED_STACKS = "tampering: torch's mode stacks were changed by student code"
+
+
+def mode_stacks() -> tuple[tuple, tuple]:
+    """The modes on torch's function and dispatch stacks, bottom first (the default device's
+    mode left out: ``torch.set_default_device`` is an honest student's call)."""
+    functions = tuple(_FUNCTION_MODE_AT(i) for i in range(_FUNCTION_MODES()))
+    dispatch = tuple(_DISPATCH_MODE_AT(i) for i in range(_DISPATCH_MODES()))
+    return tuple(m for m in functions if type(m) is not _DEVICE_CONTEXT), dispatch
+
+
+def same_stacks(before: tuple[tuple, tuple], after: tuple[tuple, tuple]) -> bool:
+    """The same modes in the same order, by identity (a mode's ``__eq__`` is not asked)."""
+    return all(
+        len(a) == len(b) and all(x is y for x, y in zip(a, b)) for a, b in zip(before, after)
+    )
 
 
 def _own_codes(func: Any) -> list[types.CodeType]:
@@ -139,6 +168,10 @@ def freeze() -> None:
     before any student code; later calls do nothing)."""
     if _MODULES:
         return
+    from autograder.sandbox.audit import library_prefixes
+
+    own = os.path.join(os.path.dirname(os.path.realpath(__file__)), "")
+    _LIBRARY[0] = (*library_prefixes(), own)  # the worker's and the detector's own files too
     for name, module in list(sys.modules.items()):
         if not isinstance(module, _MODULE_TYPE):
             continue
@@ -259,6 +292,8 @@ def _profiler(frame: Any, event: str, arg: Any) -> None:
             detector._record(_qualname(arg), spec)
         elif detector.any and id(arg) in UNWATCHABLE:
             detector._record(UNWATCHABLE[id(arg)], "torch.jit")
+        elif id(arg) in MODE_STACK and not frame.f_code.co_filename.startswith(_LIBRARY[0]):
+            detector._record(f"{TAMPERED_STACKS} ({MODE_STACK[id(arg)]})", "tampering")
 
 
 def _glob(name: str, pattern: str) -> bool:
@@ -314,6 +349,7 @@ class Detector:
         audit hook trusts it)."""
         _ACTIVE[0] = self
         self.seen = set()  # per call: each call's first use of a forbidden function is reported
+        self._stacks = mode_stacks()  # the call must leave them as they are
         if not self.any:
             return self
         self._modes = (bool(self.functions or self.function_names), bool(self.aten))
@@ -332,6 +368,7 @@ class Detector:
     def __exit__(self, *exc: Any) -> None:
         _ACTIVE[0] = None
         if not self.any:
+            self._check_stacks()
             return
         _SETPROFILE(self._profile)
         if self._hooks is not None:
@@ -350,6 +387,12 @@ class Detector:
                 intact = False
         if not intact:  # student code popped the detector's modes
             self._record("the forbidden-call detector's torch modes were removed", "tampering")
+        else:
+            self._check_stacks()
+
+    def _check_stacks(self) -> None:
+        if not same_stacks(self._stacks, mode_stacks()):  # a mode added, removed or swapped
+            self._record(f"{TAMPERED_STACKS} (a mode added or removed)", "tampering")
 
 
 PROTECTED += (Detector, _Part)

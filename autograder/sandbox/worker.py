@@ -32,7 +32,13 @@ from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 
-from autograder.sandbox.detector import Detector, resolve  # noqa: E402
+from autograder.sandbox.detector import (  # noqa: E402
+    TAMPERED_STACKS,
+    Detector,
+    mode_stacks,
+    resolve,
+    same_stacks,
+)
 from autograder.wire import protocol  # noqa: E402
 
 _TRACEBACK = BaseException.__dict__["__traceback__"]  # the C slot, not a property of a subclass
@@ -217,7 +223,7 @@ class Server:
                 sys.stdout, sys.stderr = old
             reply["output"] = capture.text()
             take = getattr(self.trust, "take", None)
-            tampering = take() if take else []
+            tampering = (take() if take else []) + reply.pop("tampering", [])
             if tampering:
                 reply["tampering"] = tampering
             reply["nonce"] = msg.get("nonce")  # student code never sees it: it proves the reply
@@ -240,6 +246,7 @@ class Server:
 
     def op_load(self, msg: dict) -> dict:
         notes, failed = [], 0
+        stacks = mode_stacks()  # load-time code must leave torch's mode stacks as they are
         with open("submission.py", "w", encoding="utf-8") as f:
             for label, source, _keep in msg["chunks"]:
                 f.write(f"# ---- {label} ----\n{source}\n")
@@ -267,7 +274,10 @@ class Server:
         names = {
             k: type(v).__name__ for k, v in self.module.__dict__.items() if not k.startswith("__")
         }
-        return {"ok": True, "notes": notes, "names": names}
+        reply = {"ok": True, "notes": notes, "names": names}
+        if not same_stacks(stacks, mode_stacks()):
+            reply["tampering"] = [f"{TAMPERED_STACKS} while loading (a mode added or removed)"]
+        return reply
 
     # -- calls -----------------------------------------------------------------------------
 

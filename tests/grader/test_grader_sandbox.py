@@ -260,6 +260,24 @@ def checkpoint(outside):
     except Exception as error:
         return back, type(error).__name__
 
+def pop_and_restore(q):
+    C = torch._C
+    pop = getattr(C, "_pop_torch_" + "dispatch_stack")
+    push = getattr(C, "_push_on_torch_" + "dispatch_stack")
+    modes = [pop(None) for _ in range(getattr(C, "_len_torch_" + "dispatch_stack")())]
+    out = q.softmax(-1) @ q  # unwatched at the aten level while the modes are off
+    for mode in reversed(modes):
+        push(mode)
+    return out
+
+def leave_a_mode():
+    torch.overrides.TorchFunctionMode().__enter__()  # never left: every later call runs under it
+    return 1
+
+def default_device():
+    torch.set_default_device("cpu")  # torch's own mode: not tampering
+    return torch.ones(1).device.type
+
 def access(paths):
     return {p: [os.access(p, m) for m in (os.R_OK, os.W_OK, os.X_OK)] for p in paths}
 
@@ -529,6 +547,35 @@ def test_file_mappings_are_refused_and_checkpoints_stay_in_the_work_folder(stude
         zygote["report"]["mount_ns"] and st.checkpoint(str(tmp_path / "planted.pt"))[1] != "written"
     )
     assert not (tmp_path / "planted.pt").exists()
+
+
+def test_changing_torchs_mode_stacks_fails_the_test_as_tampering(student):
+    """Issue 28 (Known limits): popping torch's mode stacks by computed names and pushing them
+    back before returning left no trace; a mode left on the stack ran under every later call."""
+    st, state, _ = student
+    q = torch.randn(2, 3)
+    state.forbid = ["aten::_softmax"]
+    with pytest.raises(proxy.ForbiddenCall, match="mode stacks were changed by student code"):
+        st.pop_and_restore(q)
+    state.forbid, state.fatal = [], []
+    assert st.default_device() == "cpu"
+    with pytest.raises(proxy.ForbiddenCall, match="mode stacks were changed"):
+        st.leave_a_mode()
+    assert state.fatal
+
+
+def test_a_mode_pushed_while_loading_fails_every_test(zygote):
+    code = "import torch\ntorch.overrides.TorchFunctionMode().__enter__()\ndef f():\n    return 1\n"
+    state = proxy.TestState(seed=1, timeout=5.0)
+    session = proxy.WorkerSession(
+        zygote["client"], [("cell 1", code, [0, 1, 2])], state=state,
+        deadline=time.monotonic() + 60,
+    )  # fmt: skip
+    try:
+        with pytest.raises(proxy.LoadFailed, match="mode stacks were changed"):
+            proxy.Student(session).f()
+    finally:
+        session.close()
 
 
 def test_missing_names_are_reported_clearly(student):
