@@ -1,7 +1,7 @@
 """The embargo (course.yml): answer keys stay with the instructor until the solutions are out.
 
 - the schedule: a wrong state, an unknown assignment or object is an error naming the line;
-- the graded objects are derived from the assignments (A2's AttentionLayer.forward, A5's
+- the graded objects are derived from the assignments (A4's merge_pair, A5's
   patchify, ...), and provided code (A3's MultiHeadAttention) stays usable; an assignment whose
   key lives beside its hidden suite (A3, reader-first) grades no course_lib object, so its chapter's
   code (LayerNorm, the Transformer) is whole in every edition, while the key's statements are
@@ -85,7 +85,6 @@ def test_a_mistake_in_the_schedule_names_its_line(tmp_path, text, line, words):
 
 def test_the_graded_objects_come_from_the_assignments(repo_plan):
     got = {d: i.where for d, i in repo_plan.embargoed.items()}
-    assert got["course_lib.attention.AttentionLayer.forward"].startswith("A2, part 3")
     assert got["course_lib.tokenizers.merge_pair"].startswith("A4, part 1")
     assert got["course_lib.vision.patchify"].startswith("A5, part 1")
     # A3 is reader-first (its key lives beside its suite): no course_lib object is graded, so the
@@ -97,6 +96,14 @@ def test_the_graded_objects_come_from_the_assignments(repo_plan):
                  "course_lib.models.transformer.Transformer.beam_search"):  # fmt: skip
         assert name not in got, name
     assert not any(n.startswith("A3:") for n in repo_plan.notes)
+    # A2 too: the book's attention layers, masks, heads and positional encodings are whole
+    assert embargo.own_key(ROOT, "a2_self_attention") is not None
+    assert not [i for i in repo_plan.graded.values() if i.assignment == "a2_self_attention"]
+    for name in ("course_lib.attention.AttentionLayer.forward",
+                 "course_lib.attention.SelfAttention.forward", "course_lib.attention.causal_mask",
+                 "course_lib.positional.sinusoidal_positional_encoding"):  # fmt: skip
+        assert name not in got, name
+    assert not any(n.startswith("A2:") for n in repo_plan.notes)
     # A1 too: the book's Bahdanau attention, GRU decoder and sequence-to-sequence model are whole
     assert embargo.own_key(ROOT, "a1_rnn_attention") is not None
     assert not [i for i in repo_plan.graded.values() if i.assignment == "a1_rnn_attention"]
@@ -113,10 +120,11 @@ def test_the_graded_objects_come_from_the_assignments(repo_plan):
         == ("A5, part 2 (The ViT forward pass)")
     )
     assert not any("ViT.forward has no reference" in n for n in repo_plan.notes)
-    # A3 gives MultiHeadAttention as provided code: it (and what it calls) stays usable
+    # A3 gives MultiHeadAttention as provided code, and A2 (reader-first) no longer grades it:
+    # it (and what it calls) stays usable, with no note to explain why
     assert "course_lib.attention.MultiHeadAttention.forward" not in got
     assert "course_lib.attention.scaled_dot_product_attention" not in got
-    assert any("MultiHeadAttention.forward stays" in n for n in repo_plan.notes)
+    assert not any("MultiHeadAttention.forward stays" in n for n in repo_plan.notes)
     # never a method of the same name in a module the assignment does not grade against
     assert "course_lib.models.vit.EncoderBlock.forward" not in got
 
@@ -151,6 +159,13 @@ def test_a_key_beside_a_suite_is_scanned_for_until_its_solutions_are_released(tm
     text = ALL_RELEASED.replace("a3_transformer: released", "a3_transformer: solutions-released")
     released = plan(ROOT, schedule(tmp_path, text))
     assert not [d for d in embargo.secrets(released) if d.startswith("a3_transformer key")]
+    # A2's key (grouped-query attention, RoPE, the T5 bias): in its solution, not in its release
+    a2_key = "a2_self_attention key: apply_rotary"
+    assert table[a2_key] and table["a2_self_attention key: GroupedQueryAttention.forward"]
+    a2 = ROOT / "solutions" / "a2_self_attention" / "a2_self_attention.ipynb"
+    assert any(a2_key in h for h in embargo.scan(repo_plan, [a2]))
+    a2_release = ROOT / "assignments" / "a2_self_attention" / "a2_self_attention.ipynb"
+    assert not [h for h in embargo.scan(repo_plan, [a2_release]) if "a2_self_attention key" in h]
     # A1's key (luong_align, coverage, input feeding): in its solution, not in its release
     assert (
         table["a1_rnn_attention key: luong_align"] and table["a1_rnn_attention key: coverage_loss"]
@@ -313,6 +328,7 @@ def test_the_bundle_holds_no_answer_key_and_nothing_instructor_only(bundle, repo
     names = zipfile.ZipFile(wheel).namelist()
     assert any(n.startswith("course_lib/checks/data/") and n.endswith(".pt") for n in names)
     assert "course_lib/checks/recorded/a3_transformer.pt" in names  # A3's checks' answers
+    assert "course_lib/checks/recorded/a2_self_attention.pt" in names  # A2's checks' answers
     assert "course_lib/checks/recorded/a1_rnn_attention.pt" in names  # A1's checks' answers
 
 

@@ -1,29 +1,31 @@
-"""Hidden tests of A2 (the attention layer, step by step), 23 points.
+"""Hidden tests of A2 (variants of the attention layer), 23 points.
 
 CANARY-HIDDEN-A2-c41f08d6: planted so the tests can assert that nothing a student receives
 (release, feedback) contains this suite.
 
-Sizes and inputs come from ``rng`` (seeded per assignment, student and test). References are
-computed here with plain torch, ``torch.nn.MultiheadAttention`` and ``course_lib``; the student's
-code may call none of the fused or reference attention implementations.
+Sizes and inputs come from ``rng`` (seeded per assignment, student and test); weights are drawn
+here and loaded into the student's modules by name. Expectations come from the answer key beside
+this file (``a2_key.py``), which the project's tests check against independent oracles
+(``nn.MultiheadAttention`` with repeated key/value heads, the complex-number form of RoPE, loops
+over query/key pairs); grouped-query attention with as many key/value heads as query heads is
+also compared with ``nn.MultiheadAttention`` here.
 """
 
 from __future__ import annotations
 
 import math
 
+import a2_key as key
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from course_lib.attention import AttentionLayer, SelfAttention
 from course_lib.checks import check_close
 from course_lib.checks.core import check_not_constant
-from course_lib.positional import sinusoidal_positional_encoding
 
-pytestmark = pytest.mark.forbid("sdpa", "multihead_attention", "course_lib")
 CANARY = "CANARY-HIDDEN-A2-c41f08d6"
+FUSED = ("sdpa", "multihead_attention", "course_lib.attention.MultiHeadAttention")
 
 
 def draw(rng: torch.Generator, low: int, high: int) -> int:
@@ -31,253 +33,200 @@ def draw(rng: torch.Generator, low: int, high: int) -> int:
     return int(torch.randint(low, high + 1, (1,), generator=rng))
 
 
-def reference(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.softmax(dim=-1).nan_to_num(0.0)
-    return weights @ v, weights
+def batch_shape(rng) -> tuple[int, ...]:
+    return tuple(draw(rng, 1, 3) for _ in range(draw(rng, 0, 2)))
 
 
-def pair(out, what):
-    assert isinstance(out, tuple) and len(out) == 2, f"{what} should return (output, weights)"
+# --------------------------------------------------------------------------------------------
+# 1. Bilinear scores (2)
+# --------------------------------------------------------------------------------------------
+
+
+def bilinear_inputs(rng, *, square=False):
+    D_q = draw(rng, 2, 7)
+    D_k = D_q if square else next(d for d in range(draw(rng, 2, 7), 20) if d != D_q)
+    N_Q, N_X = draw(rng, 1, 6), draw(rng, 2, 7)
+    N_X += N_X == D_k  # the number of keys differs from the key size
+    batch = batch_shape(rng)
+    q = torch.randn(*batch, N_Q, D_q, generator=rng)
+    k = torch.randn(*batch, N_X, D_k, generator=rng)
+    return q, k, torch.randn(D_q, D_k, generator=rng)
+
+
+@pytest.mark.points(1, cell="check_bilinear_scores")
+def test_bilinear_scores(student, rng):
+    q, k, W = bilinear_inputs(rng)
+    got = student.bilinear_scores(q, k, W)
+    check_close(got, key.bilinear_scores(q, k, W), name=f"bilinear_scores with q {tuple(q.shape)}, "
+                f"k {tuple(k.shape)}, W {tuple(W.shape)}", atol=1e-5)  # fmt: skip
+
+
+@pytest.mark.points(1, cell="check_bilinear_scores")
+def test_bilinear_scores_square_w_and_gradients(student, rng):
+    q, k, W = bilinear_inputs(rng, square=True)
+    dy = torch.randn(*q.shape[:-1], k.shape[-2], generator=rng)
+    got = student.bilinear_scores.backward(q, k, W, grad_output=dy)
+    leaves = [t.clone().requires_grad_(True) for t in (q, k, W)]
+    key.bilinear_scores(*leaves).backward(dy)
+    check_close(got.output, key.bilinear_scores(q, k, W), name="the scores with a square W",
+                atol=1e-5)  # fmt: skip
+    for name, mine, leaf in zip(("q", "k", "W"), got.inputs, leaves):
+        check_close(mine, leaf.grad, name=f"the gradient with respect to {name}", atol=1e-4)
+
+
+# --------------------------------------------------------------------------------------------
+# 2. Additive scores (3)
+# --------------------------------------------------------------------------------------------
+
+
+def additive_inputs(rng, *, square=False):
+    D_q, D_k, A = draw(rng, 2, 6), draw(rng, 2, 6), draw(rng, 2, 8)
+    N_Q = draw(rng, 2, 6)
+    N_X = N_Q if square else next(n for n in range(draw(rng, 2, 7), 20) if n != N_Q)
+    batch = batch_shape(rng)
+    q = torch.randn(*batch, N_Q, D_q, generator=rng)
+    k = torch.randn(*batch, N_X, D_k, generator=rng)
+    W_q, W_k = torch.randn(D_q, A, generator=rng), torch.randn(D_k, A, generator=rng)
+    return q, k, W_q, W_k, torch.randn(A, generator=rng)
+
+
+@pytest.mark.points(1, cell="check_additive_scores")
+def test_additive_scores(student, rng):
+    args = additive_inputs(rng)
+    check_close(student.additive_scores(*args), key.additive_scores(*args),
+                name=f"additive_scores with q {tuple(args[0].shape)}, k {tuple(args[1].shape)}",
+                atol=1e-5)  # fmt: skip
+
+
+@pytest.mark.points(1, cell="check_additive_scores")
+def test_additive_scores_as_many_queries_as_keys(student, rng):
+    args = additive_inputs(rng, square=True)
+    check_close(student.additive_scores(*args), key.additive_scores(*args),
+                name="additive_scores with as many queries as keys (query i in row i)",
+                atol=1e-5)  # fmt: skip
+
+
+@pytest.mark.points(1, cell="check_additive_scores")
+def test_additive_scores_gradients(student, rng):
+    args = additive_inputs(rng)
+    dy = torch.randn(*args[0].shape[:-1], args[1].shape[-2], generator=rng)
+    got = student.additive_scores.backward(*args, grad_output=dy)
+    leaves = [t.clone().requires_grad_(True) for t in args]
+    key.additive_scores(*leaves).backward(dy)
+    for name, mine, leaf in zip(("q", "k", "W_q", "W_k", "w"), got.inputs, leaves):
+        check_close(mine, leaf.grad, name=f"the gradient with respect to {name}", atol=1e-4)
+
+
+# --------------------------------------------------------------------------------------------
+# 3. Masks (3)
+# --------------------------------------------------------------------------------------------
+
+
+def lengths_for(rng, T):
+    B = draw(rng, 2, 4)
+    lengths = torch.randint(1, T + 1, (B,), generator=rng)
+    lengths[0], lengths[1] = T, draw(rng, 1, T - 1)  # one complete, one padded
+    return lengths
+
+
+def same_mask(got, want, what):
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.bool, f"{what}: not a bool tensor"
+    assert tuple(got.shape) == tuple(want.shape), (
+        f"{what}: shape {tuple(got.shape)}, expected (B, T, T) = {tuple(want.shape)}"
+    )
+    wrong = (got != want).nonzero()
+    assert not len(wrong), f"{what}: {len(wrong)} wrong entries, the first at {wrong[0].tolist()}"
+
+
+@pytest.mark.points(1, cell="check_combine_masks")
+def test_padding_and_causal(student, rng):
+    T = draw(rng, 3, 9)
+    lengths = lengths_for(rng, T)
+    for causal in (True, False):
+        what = f"combine_masks({lengths.tolist()}, {T}, causal={causal}, window=None)"
+        got = student.combine_masks(lengths, T, causal=causal, window=None)
+        same_mask(got, key.combine_masks(lengths, T, causal=causal), what)
+
+
+@pytest.mark.points(1, cell="check_combine_masks")
+def test_causal_window(student, rng):
+    T = draw(rng, 4, 10)
+    lengths, window = lengths_for(rng, T), draw(rng, 2, T - 2)  # at 1, a token sees itself only
+    what = f"combine_masks({lengths.tolist()}, {T}, causal=True, window={window})"
+    got = student.combine_masks(lengths, T, causal=True, window=window)
+    same_mask(got, key.combine_masks(lengths, T, causal=True, window=window), what)
+
+
+@pytest.mark.points(1, cell="check_combine_masks")
+def test_two_sided_window(student, rng):
+    T = draw(rng, 4, 10)
+    lengths, window = lengths_for(rng, T), draw(rng, 2, T - 2)
+    what = f"combine_masks({lengths.tolist()}, {T}, causal=False, window={window})"
+    got = student.combine_masks(lengths, T, causal=False, window=window)
+    same_mask(got, key.combine_masks(lengths, T, causal=False, window=window), what)
+
+
+# --------------------------------------------------------------------------------------------
+# 4. Grouped-query attention (5)
+# --------------------------------------------------------------------------------------------
+
+
+def gqa_sizes(rng, G=None):
+    """embed_dim, H and G: by default a real grouping, 1 < G < H."""
+    if G is None:
+        H, G = [(4, 2), (6, 2), (6, 3), (8, 2), (8, 4)][draw(rng, 0, 4)]
+    else:
+        H = draw(rng, 2, 6)
+        G = H if G == "H" else G
+    D = draw(rng, 2, 4)
+    return H * D, H, G
+
+
+def gqa_pair(student, rng, G=None):
+    C, H, G = gqa_sizes(rng, G)
+    ref = key.GroupedQueryAttention(embed_dim=C, num_heads=H, num_kv_heads=G).eval()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.copy_(0.6 * torch.randn(p.shape, generator=rng))
+    mine = student.GroupedQueryAttention(embed_dim=C, num_heads=H, num_kv_heads=G)
+    mine.load_state_dict(ref.state_dict())
+    T = draw(rng, 3, 7)
+    x = torch.randn(draw(rng, 1, 3), T, C, generator=rng)
+    return ref, mine, x, (C, H, G)
+
+
+def gqa_out(out, what):
+    assert isinstance(out, tuple) and len(out) == 2, f"{what} should return (y, weights)"
     return out
 
 
-# --------------------------------------------------------------------------------------------
-# 1-2. Dot-product attention (2 + 4)
-# --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.points(1, cell="check_dot_product_attention")
-def test_dot_product_values(student, rng):
-    D, N = draw(rng, 2, 6), draw(rng, 7, 12)
-    q, X = torch.randn(D, generator=rng), torch.randn(N, D, generator=rng)
-    y, a = pair(student.dot_product_attention(q, X), "dot_product_attention")
-    check_close(a, (X @ q).softmax(0), name="the weights a")
-    check_close(y, (X @ q).softmax(0) @ X, name="the output y")
-
-
-@pytest.mark.points(1, cell="check_dot_product_attention")
-def test_dot_product_gradients(student, rng):
-    D, N = draw(rng, 7, 12), draw(rng, 2, 6)
-    q, X = torch.randn(D, generator=rng), torch.randn(N, D, generator=rng)
-    dy = torch.randn(D, generator=rng)
-    got = student.dot_product_attention.backward(q, X, grad_output=dy)
-    q_ref, X_ref = q.clone().requires_grad_(True), X.clone().requires_grad_(True)
-    ((X_ref @ q_ref).softmax(0) @ X_ref).backward(dy)
-    check_close(got.inputs[0], q_ref.grad, name="the gradient with respect to q", atol=1e-4)
-    check_close(got.inputs[1], X_ref.grad, name="the gradient with respect to X", atol=1e-4)
-
-
-def qkv(rng, batch, min_queries=1, min_keys=2):
-    N_Q, N_X = draw(rng, min_queries, 6), draw(rng, min_keys, 7)
-    D, D_V = draw(rng, 2, 9), draw(rng, 1, 6)
-    D += D == N_X  # D != N_X: scaling by the number of keys must show
-    q = torch.randn(*batch, N_Q, D, generator=rng)
-    k = torch.randn(*batch, N_X, D, generator=rng)
-    v = torch.randn(*batch, N_X, D_V, generator=rng)
-    return q, k, v
-
-
-@pytest.mark.points(1, cell="check_scaled_dot_product_attention")
-def test_sdpa_unbatched(student, rng):
-    q, k, v = qkv(rng, ())
-    y, w = pair(student.scaled_dot_product_attention(q, k, v), "scaled_dot_product_attention")
-    want_y, want_w = reference(q, k, v)
-    check_close(w, want_w, name="the weights (no batch dimensions)")
-    check_close(y, want_y, name="the output (no batch dimensions)")
-
-
-@pytest.mark.points(1, cell="check_scaled_dot_product_attention")
-def test_sdpa_batched(student, rng):
-    q, k, v = qkv(rng, (draw(rng, 1, 3), draw(rng, 1, 3)))
-    y, w = pair(student.scaled_dot_product_attention(q, k, v), "scaled_dot_product_attention")
-    want_y, want_w = reference(q, k, v)
-    check_close(w, want_w, name="the weights (two batch dimensions)")
-    check_close(y, want_y, name="the output (two batch dimensions)")
-
-
-@pytest.mark.points(1, cell="check_scaled_dot_product_attention")
-def test_sdpa_broadcast_mask(student, rng):
-    B = draw(rng, 2, 4)
-    q, k, v = qkv(rng, (B,))
-    N_X = k.shape[-2]
-    lengths = torch.randint(1, N_X + 1, (B,), generator=rng)
-    lengths[0], lengths[-1] = draw(rng, 1, N_X - 1), N_X  # one row padded, one complete
-    mask = (torch.arange(N_X) < lengths[:, None])[:, None, :]  # (B, 1, N_X), broadcast over queries
-    y, w = pair(student.scaled_dot_product_attention(q, k, v, mask), "attention with a mask")
-    want_y, want_w = reference(q, k, v, mask)
-    check_close(w, want_w, name="the weights with a (B, 1, N_X) padding mask")
-    check_close(y, want_y, name="the output with a (B, 1, N_X) padding mask")
-
-
-@pytest.mark.points(1, cell="check_scaled_dot_product_attention")
-def test_sdpa_fully_masked_rows(student, rng):
-    q, k, v = qkv(rng, (draw(rng, 1, 3),), min_queries=2, min_keys=3)
-    mask = torch.rand(*q.shape[:-1], k.shape[-2], generator=rng) > 0.5
-    mask[..., 1:, :2] = True  # every other query sees at least two keys
-    mask[..., 1, -1] = False  # and one of them does not see every key
-    mask[..., 0, :] = False
-    got = student.scaled_dot_product_attention.backward(q, k, v, mask)
-    y, w = got.output
-    assert torch.isfinite(y).all() and torch.isfinite(w).all(), (
-        "a query whose keys are all masked gives NaN or inf (it should get zero weights)"
-    )
-    want_y, want_w = reference(q, k, v, mask)
-    check_close(w, want_w, name="the weights with fully masked rows")
-    check_close(y, want_y, name="the output with fully masked rows")
-    for name, grad in zip("qkv", got.inputs):
-        assert grad is not None and torch.isfinite(grad).all(), (
-            f"the gradient of {name} is not finite"
-        )
-
-
-# --------------------------------------------------------------------------------------------
-# 3-4. Layers (2 + 2)
-# --------------------------------------------------------------------------------------------
-
-
-def layer_pair(student, rng):
-    D_Q, D_X = draw(rng, 2, 8), draw(rng, 2, 8)
-    D_V = next(d for d in range(draw(rng, 2, 8), 20) if d not in (D_Q, D_X))  # values projected
-    ref = AttentionLayer(query_dim=D_Q, input_dim=D_X, value_dim=D_V)
-    mine = student.AttentionLayer(query_dim=D_Q, input_dim=D_X, value_dim=D_V)
-    mine.load_state_dict(ref.state_dict())
-    B, N_Q, N_X = draw(rng, 1, 3), draw(rng, 1, 5), draw(rng, 2, 7)
-    N_X += N_X == D_Q  # the number of keys differs from the head dim
-    q, x = torch.randn(B, N_Q, D_Q, generator=rng), torch.randn(B, N_X, D_X, generator=rng)
-    return ref, mine, q, x
-
-
-@pytest.mark.points(1, cell="check_attention_layer")
-def test_attention_layer_values(student, rng):
-    ref, mine, q, x = layer_pair(student, rng)
-    mask = torch.rand(q.shape[0], q.shape[1], x.shape[1], generator=rng) > 0.3
-    mask[..., 0] = True  # every query sees a key ...
-    mask[0, 0, -1] = False  # ... and the mask matters
-    for m in (None, mask):
-        y, w = pair(mine(q, x, m), "AttentionLayer.forward")
-        with torch.no_grad():
-            want_y, want_w = ref(q, x, m, return_weights=True)
-        check_close(w, want_w, name="the weights")
-        check_close(y, want_y, name="the output")
-
-
-@pytest.mark.points(1, cell="check_attention_layer")
-def test_attention_layer_gradients(student, rng):
-    ref, mine, q, x = layer_pair(student, rng)
-    dy = torch.randn(q.shape[0], q.shape[1], ref.v_proj.out_features, generator=rng)
-    got = mine.backward(q, x, grad_output=dy)
-    ref(q, x).backward(dy)
-    for name, p in ref.named_parameters():
-        assert got.params.get(name) is not None, f"no gradient reached {name}"
-        check_close(got.params[name], p.grad, name=f"the gradient of {name}", atol=1e-4)
-
-
-def self_pair(student, rng):
-    D_X, D_Q, D_V = draw(rng, 2, 8), draw(rng, 2, 8), draw(rng, 2, 8)
-    ref = SelfAttention(input_dim=D_X, query_dim=D_Q, value_dim=D_V)
-    mine = student.SelfAttention(input_dim=D_X, query_dim=D_Q, value_dim=D_V)
-    mine.load_state_dict(ref.state_dict())
-    T = draw(rng, 2, 8)
-    T += T == D_Q  # the number of keys differs from the head dim
-    x = torch.randn(draw(rng, 1, 3), T, D_X, generator=rng)
-    return ref, mine, x
-
-
-@pytest.mark.points(1, cell="check_self_attention")
-def test_self_attention_values(student, rng):
-    ref, mine, x = self_pair(student, rng)
-    y, w = pair(mine(x), "SelfAttention.forward")
+@pytest.mark.points(1, cell="check_grouped_query_attention")
+@pytest.mark.forbid(*FUSED)
+def test_gqa_groups(student, rng):
+    ref, mine, x, (C, H, G) = gqa_pair(student, rng)
+    what = f"GroupedQueryAttention(embed_dim={C}, num_heads={H}, num_kv_heads={G})"
+    y, w = gqa_out(mine(x), what)
     with torch.no_grad():
-        want_y, want_w = ref(x, return_weights=True)
-    check_close(w, want_w, name="the weights")
-    check_close(y, want_y, name="the output")
+        want, want_w = ref(x)
+    check_close(w, want_w, name=f"the weights of {what}", atol=1e-5)
+    check_close(y, want, name=f"the output of {what}", atol=1e-5)
 
 
-@pytest.mark.points(1, cell="check_self_attention")
-def test_self_attention_gradients(student, rng):
-    ref, mine, x = self_pair(student, rng)
-    dy = torch.randn(*x.shape[:2], ref.v_proj.out_features, generator=rng)
-    got = mine.backward(x, grad_output=dy)
-    ref(x).backward(dy)
-    for name, p in ref.named_parameters():
-        assert got.params.get(name) is not None, f"no gradient reached {name}"
-        check_close(got.params[name], p.grad, name=f"the gradient of {name}", atol=1e-4)
-
-
-# --------------------------------------------------------------------------------------------
-# 5. Masks (3)
-# --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.points(1, cell="check_masks")
-def test_causal_mask(student, rng):
-    T = draw(rng, 2, 12)
-    mask = student.causal_mask(T)
-    assert isinstance(mask, torch.Tensor) and mask.dtype == torch.bool, "causal_mask must be bool"
-    expected = torch.ones(T, T, dtype=torch.bool).tril()
-    assert mask.shape == (T, T) and torch.equal(mask, expected), (
-        f"causal_mask({T}) should be True exactly where j <= i"
-    )
-
-
-@pytest.mark.points(1, cell="check_masks")
-def test_padding_mask(student, rng):
-    B, T = draw(rng, 1, 5), draw(rng, 1, 10)
-    lengths = torch.randint(0, T + 1, (B,), generator=rng)
-    lengths[0] = draw(rng, 0, T - 1)  # one padded row
-    mask = student.padding_mask(lengths, T)
-    assert isinstance(mask, torch.Tensor) and mask.dtype == torch.bool, "padding_mask must be bool"
-    expected = torch.arange(T)[None, :] < lengths[:, None]
-    assert mask.shape == (B, T) and torch.equal(mask, expected), (
-        f"padding_mask({lengths.tolist()}, {T}) is wrong"
-    )
-
-
-@pytest.mark.points(1, cell="check_masks")
-def test_causal_self_attention_ignores_the_future(student, rng):
-    D, T = draw(rng, 2, 8), draw(rng, 3, 9)
-    mine = student.SelfAttention(input_dim=D)
-    x = torch.randn(2, T, D, generator=rng)
-    t = draw(rng, 1, T - 1)
-    changed = x.clone()
-    changed[:, t:] = torch.randn(2, T - t, D, generator=rng) * 3
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
-    y1, w1 = mine(x, student.causal_mask(T))
-    y2, _ = mine(changed, mask)
-    check_close(
-        y2[:, :t], y1[:, :t], name=f"the outputs before position {t} when later tokens change"
-    )
-    assert torch.all(w1.triu(1) == 0), "weights above the diagonal must be exactly 0"
-    # not passed by a constant function: the outputs depend on the tokens, the weights are a
-    # distribution over the visible positions, and positions from t on see the change
-    check_not_constant(y1, name="the causal self-attention output", what="the tokens")
-    check_close(w1.sum(-1), torch.ones(w1.shape[:-1]), name="the sum of each row of weights")
-    assert not torch.allclose(y2[:, t:], y1[:, t:]), (
-        f"the outputs from position {t} on did not change when the tokens there changed"
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# 6-7. Heads (2) and multi-head attention (5)
-# --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.points(1, cell="check_heads")
-def test_split_heads(student, rng):
-    H, D = draw(rng, 2, 4), draw(rng, 2, 5)
-    x = torch.randn(draw(rng, 1, 3), draw(rng, 2, 6), H * D, generator=rng)
-    expected = x.view(*x.shape[:2], H, D).transpose(1, 2)
-    check_close(student.split_heads(x, H), expected, name=f"split_heads(x, {H})")
-
-
-@pytest.mark.points(1, cell="check_heads")
-def test_merge_heads(student, rng):
-    B, H, T, D = draw(rng, 1, 3), draw(rng, 2, 4), draw(rng, 2, 6), draw(rng, 1, 5)
-    x = torch.randn(B, H, T, D, generator=rng)
-    check_close(student.merge_heads(x), x.transpose(1, 2).reshape(B, T, H * D), name="merge_heads")
+@pytest.mark.points(1, cell="check_grouped_query_attention")
+@pytest.mark.forbid(*FUSED)
+def test_gqa_masks(student, rng):
+    ref, mine, x, (C, H, G) = gqa_pair(student, rng)
+    B, T = x.shape[:2]
+    lengths = torch.randint(2, T + 1, (B,), generator=rng)
+    lengths[0] = draw(rng, 2, T - 1)
+    keep = (torch.arange(T)[None, :] < lengths[:, None])[:, None, None, :]
+    keep = keep & torch.ones(T, T, dtype=torch.bool).tril()  # (B, 1, T, T)
+    what = f"GroupedQueryAttention(num_heads={H}, num_kv_heads={G}) with a (B, 1, T, T) mask"
+    y, w = gqa_out(mine(x, keep), what)
+    with torch.no_grad():
+        want, want_w = ref(x, keep)
+    check_close(w, want_w, name=f"the weights of {what}", atol=1e-5)
+    check_close(y, want, name=f"the output of {what}", atol=1e-5)
 
 
 def torch_state(mha: nn.MultiheadAttention) -> dict[str, torch.Tensor]:
@@ -291,93 +240,188 @@ def torch_state(mha: nn.MultiheadAttention) -> dict[str, torch.Tensor]:
     }  # fmt: skip
 
 
-def mha_pair(student, rng):
-    H = draw(rng, 2, 4)
-    C = H * draw(rng, 2, 4)  # head dim D >= 2: sqrt(D) != D, heads are more than one channel
+@pytest.mark.points(1, cell="check_grouped_query_attention")
+@pytest.mark.forbid(*FUSED)
+def test_gqa_with_as_many_kv_heads_is_multihead_attention(student, rng):
+    C, H, _ = gqa_sizes(rng, "H")
     ref = nn.MultiheadAttention(C, H, batch_first=True).eval()
     with torch.no_grad():  # torch initialises the biases to zero: make them matter
         ref.in_proj_bias.normal_(generator=rng)
         ref.out_proj.bias.normal_(generator=rng)
-    mine = student.MultiHeadAttention(embed_dim=C, num_heads=H)
+    mine = student.GroupedQueryAttention(embed_dim=C, num_heads=H, num_kv_heads=H)
     mine.load_state_dict(torch_state(ref))
-    T = draw(rng, 3, 7)
-    T += T == C // H  # the number of keys differs from the head dim
-    x = torch.randn(draw(rng, 1, 3), T, C, generator=rng)
-    return ref, mine, x, H
-
-
-@pytest.mark.points(1, cell="check_multihead_attention")
-def test_mha_self_attention(student, rng):
-    ref, mine, x, _ = mha_pair(student, rng)
-    y, _ = pair(mine(x), "MultiHeadAttention.forward")
+    x = torch.randn(draw(rng, 1, 3), draw(rng, 3, 7), C, generator=rng)
+    y, w = gqa_out(mine(x), f"GroupedQueryAttention(num_heads={H}, num_kv_heads={H})")
     with torch.no_grad():
-        check_close(y, ref(x, x, x, need_weights=False)[0], name="the output", atol=1e-5)
+        want, want_w = ref(x, x, x, need_weights=True, average_attn_weights=False)
+    check_close(y, want, name="the output at num_kv_heads = num_heads (multi-head attention)",
+                atol=1e-5)  # fmt: skip
+    check_close(w, want_w, name="the weights at num_kv_heads = num_heads", atol=1e-5)
 
 
-@pytest.mark.points(1, cell="check_multihead_attention")
-def test_mha_cross_attention(student, rng):
-    ref, mine, x, H = mha_pair(student, rng)
-    T_k = draw(rng, 2, 8)  # more than one key: the scaling matters
-    T_k += T_k == x.shape[2] // H  # and their number differs from the head dim
-    key = torch.randn(x.shape[0], T_k, x.shape[2], generator=rng)
-    value = torch.randn(x.shape[0], T_k, x.shape[2], generator=rng)
-    y, w = pair(mine(x, key, value), "MultiHeadAttention.forward")
+@pytest.mark.points(1, cell="check_grouped_query_attention")
+@pytest.mark.forbid(*FUSED)
+def test_gqa_one_kv_head(student, rng):
+    ref, mine, x, (C, H, G) = gqa_pair(student, rng, G=1)
+    y, w = gqa_out(mine(x), f"GroupedQueryAttention(num_heads={H}, num_kv_heads=1)")
     with torch.no_grad():
-        want = ref(x, key, value, need_weights=False)[0]
-    check_close(y, want, name="the output with separate keys and values", atol=1e-5)
+        want, want_w = ref(x)
+    check_close(w, want_w, name="the weights at num_kv_heads = 1 (multi-query)", atol=1e-5)
+    check_close(y, want, name="the output at num_kv_heads = 1 (multi-query)", atol=1e-5)
 
 
-@pytest.mark.points(1, cell="check_multihead_attention")
-def test_mha_causal_mask(student, rng):
-    ref, mine, x, _ = mha_pair(student, rng)
-    T = x.shape[1]
-    keep = torch.ones(T, T, dtype=torch.bool).tril()
-    y, _ = pair(mine(x, mask=keep), "MultiHeadAttention.forward")
-    with torch.no_grad():
-        want = ref(x, x, x, attn_mask=~keep, need_weights=False)[0]
-    check_close(y, want, name="the output with a causal (T, T) keep-mask", atol=1e-5)
-
-
-@pytest.mark.points(1, cell="check_multihead_attention")
-def test_mha_padding_mask(student, rng):
-    ref, mine, x, _ = mha_pair(student, rng)
-    B, T = x.shape[:2]
-    lengths = torch.randint(1, T + 1, (B,), generator=rng)
-    lengths[0] = draw(rng, 2, T - 1)  # padded, but more than one key: the scaling matters
-    pad = torch.arange(T)[None, :] < lengths[:, None]  # (B, T) True = real token
-    y, _ = pair(mine(x, mask=pad[:, None, None, :]), "MultiHeadAttention.forward")
-    with torch.no_grad():
-        want = ref(x, x, x, key_padding_mask=~pad, need_weights=False)[0]
-    check_close(y, want, name="the output with a (B, 1, 1, T) padding mask", atol=1e-5)
-
-
-@pytest.mark.points(1, cell="check_multihead_attention")
-def test_mha_weights_per_head(student, rng):
-    ref, mine, x, H = mha_pair(student, rng)
-    _, w = pair(mine(x), "MultiHeadAttention.forward")
-    with torch.no_grad():
-        want = ref(x, x, x, need_weights=True, average_attn_weights=False)[1]
-    check_close(w, want, name="the per-head weights (B, H, T_q, T_k)", atol=1e-5)
+@pytest.mark.points(1, cell="check_grouped_query_attention")
+@pytest.mark.forbid(*FUSED)
+def test_gqa_gradients(student, rng):
+    ref, mine, x, (C, H, G) = gqa_pair(student, rng)
+    dy = torch.randn(x.shape, generator=rng)
+    got = mine.backward(x, grad_output=dy)
+    ref(x)[0].backward(dy)
+    for name, p in ref.named_parameters():
+        assert got.params.get(name) is not None, f"no gradient reached {name}"
+        check_close(got.params[name], p.grad, name=f"the gradient of {name}", atol=1e-4)
 
 
 # --------------------------------------------------------------------------------------------
-# 8-9. Positional encoding (2), power-law fit (1)
+# 5. Rotary positions (5)
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.points(1, cell="check_positional_encoding")
-def test_positional_encoding_small(student, rng):
-    T, d = draw(rng, 1, 30), 2 * draw(rng, 2, 8)  # d >= 4: two frequencies
-    pe = student.sinusoidal_positional_encoding(T, d)
-    assert isinstance(pe, torch.Tensor) and pe.dtype == torch.float32, "the table must be float32"
-    check_close(pe, sinusoidal_positional_encoding(T, d), name=f"PE({T}, {d})", atol=1e-5)
+def rotary_input(rng):
+    D = 2 * draw(rng, 2, 8)
+    return torch.randn(*batch_shape(rng), draw(rng, 2, 9), D, generator=rng)
 
 
-@pytest.mark.points(1, cell="check_positional_encoding")
-def test_positional_encoding_large(student, rng):
-    T, d = draw(rng, 200, 600), 2 * draw(rng, 16, 64)
-    pe = student.sinusoidal_positional_encoding(T, d)
-    check_close(pe, sinusoidal_positional_encoding(T, d), name=f"PE({T}, {d})", atol=2e-4)
+@pytest.mark.points(1, cell="check_apply_rotary")
+def test_rotary_default(student, rng):
+    x = rotary_input(rng)
+    got = student.apply_rotary(x)
+    check_close(got, key.apply_rotary(x), name=f"apply_rotary(x of shape {tuple(x.shape)})",
+                atol=1e-5)  # fmt: skip
+
+
+@pytest.mark.points(1, cell="check_apply_rotary")
+def test_rotary_offset_and_base(student, rng):
+    x = rotary_input(rng)
+    offset, base = draw(rng, 1, 200), float(draw(rng, 10, 1000))
+    got = student.apply_rotary(x, offset=offset, base=base)
+    check_close(got, key.apply_rotary(x, offset=offset, base=base),
+                name=f"apply_rotary(x, offset={offset}, base={base:g})", atol=1e-4)  # fmt: skip
+
+
+@pytest.mark.points(1, cell="check_apply_rotary")
+def test_rotary_dtype_and_gradients(student, rng):
+    x = rotary_input(rng).double()
+    offset = draw(rng, 0, 50)
+    dy = torch.randn(x.shape, dtype=torch.float64, generator=rng)
+    got = student.apply_rotary.backward(x, offset=offset, grad_output=dy)
+    assert got.output.dtype == torch.float64, "apply_rotary of a float64 x should be float64"
+    check_close(got.output, key.apply_rotary(x, offset=offset), name="apply_rotary in float64",
+                atol=1e-5)  # fmt: skip
+    leaf = x.clone().requires_grad_(True)
+    key.apply_rotary(leaf, offset=offset).backward(dy)
+    check_close(got.inputs[0], leaf.grad, name="the gradient with respect to x", atol=1e-5)
+
+
+@pytest.mark.points(1, cell="check_apply_rotary")
+def test_rotary_keeps_lengths_and_scores_depend_on_offsets_only(student, rng):
+    D, T = 2 * draw(rng, 2, 8), draw(rng, 3, 8)
+    q, k = torch.randn(T, D, generator=rng), torch.randn(T, D, generator=rng)
+    a, b, shift = draw(rng, 0, 30), draw(rng, 0, 30), draw(rng, 1, 40)
+    q1, k1 = student.apply_rotary(q, offset=a), student.apply_rotary(k, offset=b)
+    q2 = student.apply_rotary(q, offset=a + shift)
+    k2 = student.apply_rotary(k, offset=b + shift)
+    check_close(q1.norm(dim=-1), q.norm(dim=-1), name="the length of each rotated query",
+                atol=1e-4)  # fmt: skip
+    check_close(q2 @ k2.T, q1 @ k1.T, name=f"the scores after moving queries and keys by {shift}",
+                atol=1e-4)  # fmt: skip
+    check_not_constant(q1 @ k1.T - q @ k.T, name="the change of the scores", what="the positions")
+
+
+@pytest.mark.points(1, cell="check_apply_rotary")
+def test_rotary_pairs(student, rng):
+    """Only pair (2k, 2k + 1) of x moves into pair (2k, 2k + 1) of the output."""
+    D, T = 2 * draw(rng, 3, 8), draw(rng, 2, 6)
+    k = draw(rng, 1, D // 2 - 1)  # pair 0 turns by the angle m whatever the frequencies
+    x = torch.zeros(T, D)
+    x[:, 2 * k : 2 * k + 2] = torch.randn(T, 2, generator=rng)
+    offset = draw(rng, 1, 20)
+    got = student.apply_rotary(x, offset=offset)
+    check_close(got, key.apply_rotary(x, offset=offset), name=f"apply_rotary of x nonzero "
+                f"only in the pair ({2 * k}, {2 * k + 1})", atol=1e-5)  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# 6. T5 relative bias (4)
+# --------------------------------------------------------------------------------------------
+
+BUCKETS = [(8, 16), (8, 20), (10, 24), (12, 32), (16, 40), (16, 64), (32, 128)]
+
+
+def t5_pair(student, rng, *, bidirectional):
+    H = draw(rng, 2, 4)
+    nb, md = BUCKETS[draw(rng, 0, len(BUCKETS) - 1)]
+    args = dict(num_heads=H, num_buckets=nb, max_distance=md, bidirectional=bidirectional)
+    ref = key.T5RelativeBias(**args)
+    with torch.no_grad():
+        ref.relative_attention_bias.weight.copy_(torch.randn(nb, H, generator=rng))
+    mine = student.T5RelativeBias(**args)
+    mine.load_state_dict(ref.state_dict())
+    return ref, mine, args
+
+
+def t5_scores(rng, H, T_q, T_k):
+    return torch.randn(*batch_shape(rng), H, T_q, T_k, generator=rng)
+
+
+@pytest.mark.points(1, cell="check_t5_relative_bias")
+def test_t5_bidirectional(student, rng):
+    ref, mine, args = t5_pair(student, rng, bidirectional=True)
+    scores = t5_scores(rng, args["num_heads"], draw(rng, 2, 12), draw(rng, 2, 12))
+    with torch.no_grad():
+        check_close(mine(scores), ref(scores), name=f"T5RelativeBias({args}) on short offsets")
+
+
+@pytest.mark.points(1, cell="check_t5_relative_bias")
+def test_t5_bidirectional_far(student, rng):
+    ref, mine, args = t5_pair(student, rng, bidirectional=True)
+    T = draw(rng, 2 * args["max_distance"] // 3, args["max_distance"] + 20)
+    scores = t5_scores(rng, args["num_heads"], T, T)
+    with torch.no_grad():
+        check_close(mine(scores), ref(scores),
+                    name=f"T5RelativeBias({args}) on offsets up to {T - 1}")  # fmt: skip
+
+
+@pytest.mark.points(1, cell="check_t5_relative_bias")
+def test_t5_unidirectional(student, rng):
+    ref, mine, args = t5_pair(student, rng, bidirectional=False)
+    T = draw(rng, 5, args["max_distance"] + 20)
+    scores = t5_scores(rng, args["num_heads"], T, T)
+    with torch.no_grad():
+        check_close(mine(scores), ref(scores), name=f"T5RelativeBias({args})")
+
+
+@pytest.mark.points(1, cell="check_t5_relative_bias")
+def test_t5_offset_and_gradients(student, rng):
+    """New queries after a cache of keys: a decoder's (unidirectional) bias."""
+    ref, mine, args = t5_pair(student, rng, bidirectional=False)
+    T_q, T_k = draw(rng, 1, 4), draw(rng, 10, 60)
+    offset = T_k - T_q
+    scores = t5_scores(rng, args["num_heads"], T_q, T_k)
+    dy = torch.randn(scores.shape, generator=rng)
+    got = mine.backward(scores, offset=offset, grad_output=dy)
+    ref(scores, offset=offset).backward(dy)
+    check_close(got.output, ref(scores, offset=offset).detach(),
+                name=f"T5RelativeBias({args})(scores, offset={offset})")  # fmt: skip
+    name = "relative_attention_bias.weight"
+    assert got.params.get(name) is not None, f"no gradient reached {name}"
+    check_close(got.params[name], ref.relative_attention_bias.weight.grad,
+                name=f"the gradient of {name}", atol=1e-4)  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# 7. Power-law fit (1)
+# --------------------------------------------------------------------------------------------
 
 
 @pytest.mark.points(1, cell="check_fit_power_law")
@@ -387,10 +431,9 @@ def test_fit_power_law(student, rng):
     noise = (1 + 0.2 * (torch.rand(len(n), generator=rng) - 0.5)).tolist()
     y = [c_true * x**p_true * f for x, f in zip(n, noise)]
     out = student.fit_power_law(n, y)
-    assert isinstance(out, (tuple, list)) and len(out) == 2, "fit_power_law returns (p, c)"
+    assert isinstance(out, tuple | list) and len(out) == 2, "fit_power_law returns (p, c)"
     p, c = (float(v) for v in out)
-    want_p, want_logc = np.polyfit(np.log(n), np.log(y), 1)
-    assert abs(p - want_p) < 1e-6, f"fitted exponent {p:.6g}, expected {want_p:.6g}"
-    assert c > 0 and abs(math.log(c) - want_logc) < 1e-6, (
-        f"fitted constant {c:.6g}, expected {math.exp(want_logc):.6g}"
-    )
+    want_p, want_c = key.fit_power_law(n, y)
+    assert abs(p - want_p) < 1e-6, "the fitted exponent p is wrong"
+    assert c > 0 and abs(math.log(c) - math.log(want_c)) < 1e-6, "the fitted constant c is wrong"
+    assert abs(want_p - np.polyfit(np.log(n), np.log(y), 1)[0]) < 1e-9
