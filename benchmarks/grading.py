@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))  # time_limits, which the corpus runs commands with
 sys.path.insert(0, str(REPO / "tests" / "grader" / "fixtures" / "grader"))
 
 import corpus  # noqa: E402
