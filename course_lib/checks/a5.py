@@ -1,353 +1,279 @@
-"""Visible checks for assignment 5 (vision transformers): patches, ViT, Swin's windows, DaViT.
+"""Visible checks for assignment A5 (patches of any size, a simple ViT, windows of padded maps,
+patch expanding, cross-covariance attention, training).
 
-Each ``check_*`` runs the student's function or module on small fixed inputs, compares it with the
-reference in ``course_lib`` (``course_lib.vision``, ``course_lib.models.vit`` and ``.davit``) and,
-when it differs, names the likely mistake (patch pixels laid out (P, P, C), windows numbered column
-by column, the 2x2 neighbours of patch merging concatenated in reading order, channel attention
-scaled by the full width, ...). Passing them is a hint, not the grade.
+Each ``check_*`` runs the student's code on the inputs recorded in
+``recorded/a5_vision_transformers.pt`` (weights included) and compares with the recorded
+reference answer; when they differ it names the usual mistake whose recorded answer the student's
+equals (padding at the top, rows and columns swapped in the positions, a [CLS]-style first token,
+padding keys left in the mask, q and k not normalised). The reference's code is not here, nor
+anywhere in ``course_lib``: the answers are data, recorded by the instructor
+(``autograder/suites/a5_vision_transformers/a5_record.py``), and the hidden tests draw other
+inputs. A failure raises :class:`~course_lib.checks.CheckFailed`; a success prints one line.
 
-The references are imported inside the functions, so importing this module loads no model code.
-
-Shape legend: ``B`` batch, ``C`` channels, ``H x W`` image or feature map, ``P`` patch size, ``N``
-patches or tokens, ``T = N + 1`` tokens with [CLS], ``ws`` window size, ``nW`` windows, ``G``
-channel groups of ``Cg`` channels.
+Shape legend: B batch, C channels, H x W map (image) size, P patch size, N tokens, ws window
+size, nW windows, d head dim.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .core import CheckFailed, check_close, check_shape, passed
+from .core import CheckFailed, check_close, check_gradients, check_shape, close, passed
+
+DATA = Path(__file__).resolve().parent / "recorded" / "a5_vision_transformers.pt"
+NOT_DIVISIBLE = (
+    "The padding does not reach multiples of the {what}: pad by (-H) % {size} rows and (-W) % "
+    "{size} columns. Are the paddings of H and W swapped? F.pad lists the last dimension first: "
+    "{pad}"
+)
 
 
-def _vision() -> Any:
-    from course_lib import vision
+@cache
+def _recorded() -> dict[str, Any]:
+    return torch.load(DATA, weights_only=True)
 
-    return vision
 
-
-def _load(student: nn.Module, state: dict[str, Tensor]) -> None:
+def _call(fn: Callable[..., Any], *args: Any, what: str, hint: str = "", **kwargs: Any) -> Any:
+    """Call the student's code; turn a crash into a message that says where to look."""
     try:
-        student.load_state_dict(state)
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        raise CheckFailed(
+            f"{what} is not implemented yet (it raises NotImplementedError)"
+        ) from None
+    except CheckFailed:
+        raise
+    except Exception as error:  # noqa: BLE001 (any error of the student's code is reported)
+        raise CheckFailed(
+            f"{what} raised {type(error).__name__}: {error}" + (f". {hint}" if hint else "")
+        ) from error
+
+
+def _load(module: nn.Module, state: dict[str, Tensor], what: str) -> None:
+    try:
+        module.load_state_dict(state)
     except RuntimeError as error:
-        raise CheckFailed(f"keep the attribute names given in __init__: {error}") from None
+        raise CheckFailed(
+            f"the reference's weights do not fit your {what} (keep the given __init__): {error}"
+        ) from None
 
 
-def check_patchify(fn: Callable[..., Any]) -> None:
-    """``patchify`` against ``course_lib.vision.patchify`` on a 3-channel, non-square image."""
-    images = torch.randn(2, 3, 4, 6, generator=torch.Generator().manual_seed(0))
-    P = 2
-    want = _vision().patchify(images, P)
-    B, C, H, W = images.shape
-    grid = images.reshape(B, C, H // P, P, W // P, P)
-    mistakes = {
-        "each patch is flattened as (P, P, C) instead of (C, P, P) (permute the channel axis "
-        "before the two pixel axes, like a Conv2d kernel)": grid.permute(0, 2, 4, 3, 5, 1).reshape(
-            B, -1, C * P * P
-        ),
-        "the patches are numbered column by column instead of row by row": grid.permute(
-            0, 4, 2, 1, 3, 5
-        ).reshape(B, -1, C * P * P),
-        "the image was reshaped without moving the axes (a plain reshape mixes pixels of "
-        "different patches)": images.reshape(B, -1, C * P * P),
-        "the pixels inside each patch are transposed (column index before row index); keep "
-        "the order (C, P_row, P_col)": grid.permute(0, 2, 4, 1, 5, 3).reshape(B, -1, C * P * P),
-    }
-    check_close(fn(images, P), want, name="patchify(images (2, 3, 4, 6), 2)",
-                mistakes=mistakes, dims=("B", "N", "C*P*P"))  # fmt: skip
+def _diagnose(actual: Any, want: Tensor, mistakes: Mapping[str, Tensor], name: str) -> None:
+    """Name the usual mistake whose recorded answer ``actual`` equals, whatever its shape."""
+    if not isinstance(actual, Tensor) or close(actual, want):
+        return
+    for description, wrong in mistakes.items():
+        if close(actual, wrong):
+            raise CheckFailed(f"{name} is wrong: it looks like {description}")
+
+
+def _check(actual: Any, want: Tensor, mistakes: Mapping[str, Tensor], name: str,
+           dims: tuple[str, ...], atol: float = 1e-5) -> None:  # fmt: skip
+    _diagnose(actual, want, mistakes, name)
+    check_close(actual, want, name=name, dims=dims, atol=atol)
+
+
+# --------------------------------------------------------------------------------------------
+# 1. patchify_padded
+# --------------------------------------------------------------------------------------------
+
+
+def check_patchify_padded(fn: Callable[[Tensor, int], Tensor]) -> None:
+    """``patchify_padded(images (B, C, H, W), P)`` -> (B, N, C * P * P), zero-padded at the
+    bottom and on the right."""
+    for case in _recorded()["patchify_padded"]["cases"]:
+        images, P = case["images"], case["patch_size"]
+        name = f"patchify_padded(images {tuple(images.shape)}, {P})"
+        hint = NOT_DIVISIBLE.format(what="patch size", size="P",
+                                    pad="(0, pad_W, 0, pad_H) for (B, C, H, W)")  # fmt: skip
+        got = _call(fn, images.clone(), P, what=name, hint=hint)
+        _check(got, case["want"], case["mistakes"], name, dims=("B", "N", "C*P*P"))
+    passed("patchify_padded pads at the bottom and on the right, as much as needed")
+
+
+# --------------------------------------------------------------------------------------------
+# 2. sincos_2d and SimpleViT
+# --------------------------------------------------------------------------------------------
+
+
+def check_sincos_2d(fn: Callable[..., Tensor]) -> None:
+    """``sincos_2d(gh, gw, dim)`` -> (gh * gw, dim) float32; ValueError if dim % 4."""
+    d = _recorded()["sincos_2d"]
+    (gh, gw), dim = d["grid"], d["dim"]
+    name = f"sincos_2d({gh}, {gw}, {dim})"
+    got = _call(fn, gh, gw, dim, what=name)
+    if isinstance(got, Tensor) and got.dtype != torch.float32:
+        raise CheckFailed(f"{name} should be float32, got {got.dtype}")
+    _check(got, d["want"], d["mistakes"], name, dims=("gh*gw", "dim"))
     try:
-        fn(torch.zeros(1, 1, 5, 4), 2)
+        fn(2, 2, dim + 2)
     except ValueError:
         pass
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001
         raise CheckFailed(
-            f"a 5x4 image with patch_size=2 raised {type(error).__name__}: check the sizes first "
-            "and raise a ValueError that names them"
+            f"sincos_2d(2, 2, {dim + 2}) raised {type(error).__name__}, expected ValueError "
+            "(dim is not a multiple of 4)"
         ) from None
     else:
-        raise CheckFailed("a 5x4 image with patch_size=2 should raise a ValueError")
-    passed("patchify passes the visible checks")
+        raise CheckFailed(f"sincos_2d(2, 2, {dim + 2}) should raise ValueError (dim % 4 != 0)")
+    passed("sincos_2d gives each token its column's and its row's sines and cosines")
 
 
-def check_patch_embed(fn: Callable[..., Any]) -> None:
-    """``patch_embed`` (patchify + matrix product) equals the strided convolution."""
-    g = torch.Generator().manual_seed(0)
-    images = torch.randn(2, 3, 8, 4, generator=g)
-    weight, bias = torch.randn(5, 3, 2, 2, generator=g), torch.randn(5, generator=g)
-    want = F.conv2d(images, weight, bias, stride=2).flatten(2).transpose(1, 2)  # (B, N, E)
-    got = fn(images, weight, bias, 2)
-    patches = _vision().patchify(images, 2)  # (B, N, C*P*P)
-    mistakes = {
-        "the bias is missing": want - bias,
-        "the weight (E, C, P, P) is reshaped to (C*P*P, E) instead of flattened to "
-        "(E, C*P*P) and transposed": patches @ weight.reshape(-1, 5) + bias,
-        "the weight is flattened in the order (P, P, C); flatten it in the order (C, P, P) of "
-        "the patches (weight.flatten(1))": patches @ weight.permute(0, 2, 3, 1).flatten(1).T + bias,
-    }
-    check_close(got, want, name="patch_embed(images, weight, bias, 2)", atol=1e-5,
-                dims=("B", "N", "E"), mistakes=mistakes)  # fmt: skip
-    passed("patch_embed equals the convolution with kernel = stride = P")
-
-
-def vit_state(reference: nn.Module) -> dict[str, Tensor]:
-    """course_lib's ViT weights under the assignment's names (the patch embedding is a Linear)."""
-    state = dict(reference.state_dict())
-    weight = state.pop("patch_embed.proj.weight")
-    state["patch_embed.weight"] = weight.flatten(1)  # (E, C, P, P) -> (E, C*P*P)
-    state["patch_embed.bias"] = state.pop("patch_embed.proj.bias")
-    return state
-
-
-def reference_vit(**sizes: Any) -> nn.Module:
-    from course_lib.models.vit import VisionTransformer, ViTConfig
-
-    config = ViTConfig(**sizes)
-    model = VisionTransformer(config=config).eval()
-    with torch.no_grad():  # non-zero [CLS] and position embeddings, so forgetting one shows
-        model.cls_token.normal_()
-        model.pos_embed.normal_()
-    return model
-
-
-def check_vit(cls: type) -> None:
-    """``ViT.forward`` equals course_lib's ViT with the same weights; attention on request."""
-    sizes = dict(image_size=8, patch_size=2, in_channels=1, num_classes=10, dim=16, depth=2,
-                 num_heads=2, mlp_dim=32)  # fmt: skip
-    torch.manual_seed(0)
-    reference = reference_vit(**sizes)
-    mine = cls(**sizes).eval()
-    _load(mine, vit_state(reference))
-    images = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+def check_simple_vit(vit_cls: type[nn.Module]) -> None:
+    """``SimpleViT(**sizes)(images)`` -> logits; ``return_attn=True`` -> (logits, [weights])."""
+    d = _recorded()["simple_vit"]
+    mine = _call(vit_cls, **d["sizes"], what="SimpleViT(...)")
+    _load(mine, d["state"], "SimpleViT")
+    mine.eval()
+    images = d["images"]
+    name = f"SimpleViT(images {tuple(images.shape)}) logits"
+    hint = ("The grid has ceil(H / P) rows and ceil(W / P) columns of patches, one position "
+            "per patch")  # fmt: skip
     with torch.no_grad():
-        want, maps = reference(images, return_attn=True)
-        tokens = reference.forward_features(images)  # (B, T, C)
-        mistakes = {
-            "the tokens are averaged instead of reading the [CLS] token":
-                reference.head(tokens[:, 1:].mean(1)),
-            "the final LayerNorm is missing": reference.head(_no_final_norm(reference, images)),
-            "the last token is classified; the head reads the [CLS] token (position 0)":
-                reference.head(tokens[:, -1]),
-            "the [CLS] token is appended after the patches; put it in front (position 0)":
-                _vit_variant(reference, images, cls_first=False),
-            "the position embedding is not added to the [CLS] token; add all N + 1 of them "
-            "after prepending it": _vit_variant(reference, images, position="patches"),
-            "the position embeddings are missing (add self.pos_embed after prepending [CLS])":
-                _vit_variant(reference, images, position="none"),
-        }  # fmt: skip
-        got = mine(images)
-        if isinstance(got, tuple):
-            raise CheckFailed("ViT(images) should return only the logits (return_attn=False)")
-        check_close(got, want, name="ViT logits", atol=1e-4, mistakes=mistakes,
-                    dims=("B", "num_classes"))  # fmt: skip
-        out = mine(images, return_attn=True)
-        if not isinstance(out, tuple) or len(out) != 2 or len(out[1]) != 2:
-            raise CheckFailed(
-                "ViT(images, return_attn=True) should return (logits, [w_1, w_2]): the attention "
-                "weights of every block, in order"
-            )
-        check_close(out[1][-1], maps[-1], name="the last block's attention weights",
-                    dims=("B", "H", "T", "T"))  # fmt: skip
-    passed("ViT.forward passes the visible checks")
+        logits = _call(mine, images, what=f"SimpleViT.forward(images {tuple(images.shape)})",
+                       hint=hint)  # fmt: skip
+    _check(logits, d["want"], d["mistakes"], name, dims=("B", "num_classes"), atol=1e-4)
+    with torch.no_grad():
+        out = _call(mine, images, return_attn=True, what="SimpleViT.forward(return_attn=True)")
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise CheckFailed("SimpleViT(images, return_attn=True) should return (logits, maps)")
+    maps = out[1]
+    if not isinstance(maps, list | tuple) or len(maps) != len(d["want_maps"]):
+        raise CheckFailed(
+            f"SimpleViT(images, return_attn=True)[1] should be a list of the {len(d['want_maps'])} "
+            "blocks' attention weights"
+        )
+    check_close(out[0], d["want"], name="the logits with return_attn=True", atol=1e-4)
+    for layer, (got, want) in enumerate(zip(maps, d["want_maps"])):
+        check_close(got, want, name=f"the attention weights of block {layer}",
+                    dims=("B", "H", "N", "N"), atol=1e-4)  # fmt: skip
+    mine.train()
+    _call(mine, images, what="SimpleViT.forward(images)").sum().backward()
+    check_gradients({"patch_embed.weight": mine.patch_embed.weight,
+                     "head.weight": mine.head.weight})  # fmt: skip
+    passed("SimpleViT classifies the mean token, with 2-D sin-cos positions")
 
 
-def _vit_variant(
-    model: nn.Module, images: Tensor, *, cls_first: bool = True, position: str = "all"
-) -> Tensor:
-    """Logits of ``model`` with the [CLS] token appended last, or position embeddings added to
-    the patches only / not at all."""
-    x = model.patch_embed(images)  # (B, N, C)
-    cls = model.cls_token.expand(x.shape[0], -1, -1)  # (B, 1, C)
-    if position == "patches":
-        x = x + model.pos_embed[:, 1:]
-    x = torch.cat([cls, x], dim=1) if cls_first else torch.cat([x, cls], dim=1)  # (B, T, C)
-    if position == "all":
-        x = x + model.pos_embed
-    for block in model.blocks:
-        x = block(x)
-    return model.head(model.norm(x)[:, 0 if cls_first else -1])
+# --------------------------------------------------------------------------------------------
+# 3. Windows of padded maps, the mask, patch expanding
+# --------------------------------------------------------------------------------------------
 
 
-def _no_final_norm(model: nn.Module, images: Tensor) -> Tensor:
-    x = model.patch_embed(images)
-    x = torch.cat([model.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + model.pos_embed
-    for block in model.blocks:
-        x = block(x)
-    return x[:, 0]
+def check_window_partition_padded(partition: Callable[..., Tensor],
+                                  reverse: Callable[..., Tensor]) -> None:  # fmt: skip
+    """``window_partition_padded(x (B, H, W, C), ws)`` -> (B * nW, ws, ws, C) and
+    ``window_reverse_cropped(windows, ws, H, W)`` -> (B, H, W, C)."""
+    for case in _recorded()["windows"]["cases"]:
+        x, ws = case["x"], case["window_size"]
+        B, H, W, C = x.shape
+        name = f"window_partition_padded(x {tuple(x.shape)}, {ws})"
+        hint = NOT_DIVISIBLE.format(what="window size", size="ws",
+                                    pad="(0, 0, 0, pad_W, 0, pad_H) for (B, H, W, C)")  # fmt: skip
+        got = _call(partition, x.clone(), ws, what=name, hint=hint)
+        _check(got, case["want"], case["mistakes"], name, dims=("B*nW", "ws", "ws", "C"))
+        name = f"window_reverse_cropped(windows {tuple(case['want'].shape)}, {ws}, {H}, {W})"
+        back = _call(reverse, case["want"].clone(), ws, H, W, what=name)
+        _check(back, x, case["reverse_mistakes"], name, dims=("B", "H", "W", "C"))
+    passed("windows of padded maps, and back without the padding")
 
 
-def check_window_partition(partition: Callable[..., Any], reverse: Callable[..., Any]) -> None:
-    """``window_partition`` / ``window_reverse`` against course_lib, on a 4 x 6 map."""
-    x = torch.arange(2 * 4 * 6 * 3, dtype=torch.float32).reshape(2, 4, 6, 3)
-    want = _vision().window_partition(x, 2)
-    B, H, W, C = x.shape
-    column_major = x.reshape(B, H // 2, 2, W // 2, 2, C).permute(0, 3, 1, 2, 4, 5)
-    check_close(partition(x, 2), want, name="window_partition(x (2, 4, 6, 3), 2)",
-                dims=("B*nW", "ws", "ws", "C"),
-                mistakes={"the windows are numbered column by column (number them row by row)":
-                          column_major.reshape(-1, 2, 2, C),
-                          "a plain reshape mixes rows of different windows: swap the window-row "
-                          "and in-window-row axes first": x.reshape(-1, 2, 2, C),
-                          "each window is transposed (its rows and columns swapped)":
-                          want.transpose(1, 2)})  # fmt: skip
-    check_close(reverse(want, 2, 4, 6), x, name="window_reverse(windows, 2, 4, 6)",
-                dims=("B", "H", "W", "C"))  # fmt: skip
-    passed("window_partition and window_reverse pass the visible checks")
-
-
-def check_shifted_window_mask(fn: Callable[..., Any]) -> None:
-    """``shifted_window_mask`` against course_lib for a few sizes and shifts."""
-    for height, width, ws, shift in ((4, 4, 2, 1), (6, 4, 2, 1), (6, 6, 3, 1), (8, 8, 4, 2)):
-        want = _vision().shifted_window_mask(height, width, ws, shift)
-        got = fn(height, width, ws, shift)
-        name = f"shifted_window_mask({height}, {width}, {ws}, {shift})"
+def check_shifted_window_mask(fn: Callable[..., Tensor]) -> None:
+    """``shifted_window_mask_padded(H, W, ws, shift)`` -> (nW, N, N) bool keep-mask."""
+    for case in _recorded()["shifted_window_mask"]["cases"]:
+        H, W, ws, s = case["args"]
+        name = f"shifted_window_mask_padded({H}, {W}, {ws}, {s})"
+        got = _call(fn, H, W, ws, s, what=name)
+        want = case["want"]
         check_shape(got, tuple(want.shape), name=name, dims=("nW", "N", "N"))
         if got.dtype != torch.bool:
-            raise CheckFailed(f"{name} should be a boolean keep-mask (True = may attend)")
-        if torch.equal(got, ~want):
-            raise CheckFailed(f"{name} is inverted: True means 'may attend'")
-        if not torch.equal(got, want):
-            bad = (got != want).nonzero()[0].tolist()
-            raise CheckFailed(
-                f"{name} differs at (window, query, key) {bad}: after the roll, tokens of one "
-                "window may attend to each other only if they come from the same region "
-                "[0, L - ws), [L - ws, L - shift), [L - shift, L) along both axes"
-            )
-    if not fn(4, 4, 2, 0).all():
-        raise CheckFailed("with shift_size=0 nothing is masked: the mask should be all True")
-    passed("shifted_window_mask passes the visible checks")
+            raise CheckFailed(f"{name} should be a boolean keep-mask, got {got.dtype}")
+        if torch.equal(got, want):
+            continue
+        for description, wrong in case["mistakes"].items():
+            if torch.equal(got, wrong):
+                raise CheckFailed(f"{name} is wrong: it looks like {description}")
+        window, query, key = (int(i) for i in torch.nonzero(got != want)[0])
+        raise CheckFailed(
+            f"{name} differs from the expected mask in {int((got != want).sum())} entries, first "
+            f"in window {window}, query {query}, key {key} (tokens numbered row by row in the "
+            "window)"
+        )
+    passed("the shifted-window mask keeps regions apart and hides the padding keys")
 
 
-def check_patch_merging(cls: type) -> None:
-    """``PatchMerging`` against course_lib's, even and odd map sizes."""
-    torch.manual_seed(0)
-    reference = _vision().PatchMerging(dim=4)
+def check_patch_expanding(layer_cls: type[nn.Module]) -> None:
+    """``PatchExpanding(dim=C)(x (B, H, W, C))`` -> (B, 2H, 2W, C/2)."""
+    d = _recorded()["patch_expanding"]
+    mine = _call(layer_cls, dim=d["dim"], what=f"PatchExpanding(dim={d['dim']})")
+    _load(mine, d["state"], "PatchExpanding")
+    x = d["x"]
+    name = f"PatchExpanding(x {tuple(x.shape)})"
+    got = _call(mine, x, what=name)
+    _check(got, d["want"], d["mistakes"], name, dims=("B", "2H", "2W", "C/2"), atol=1e-4)
+    got.sum().backward()
+    check_gradients({"expand.weight": mine.expand.weight})
+    passed("PatchExpanding lays each token's channels out as a 2 x 2 block")
+
+
+# --------------------------------------------------------------------------------------------
+# 4. XCAttention
+# --------------------------------------------------------------------------------------------
+
+
+def check_xca(layer_cls: type[nn.Module]) -> None:
+    """``XCAttention(dim, num_heads)(x (B, N, C))`` -> (B, N, C); with ``return_attn=True``
+    also the weights (B, heads, d, d)."""
+    d = _recorded()["xca"]
+    mine = _call(layer_cls, dim=d["dim"], num_heads=d["num_heads"],
+                 what=f"XCAttention(dim={d['dim']}, num_heads={d['num_heads']})")  # fmt: skip
+    _load(mine, d["state"], "XCAttention")
+    mine.eval()
+    x = d["x"]
+    name = f"XCAttention(x {tuple(x.shape)})"
     with torch.no_grad():
-        for p in reference.norm.parameters():
-            p.normal_()
-    mine = cls(dim=4)
-    _load(mine, reference.state_dict())
-    x = torch.randn(2, 4, 6, 4, generator=torch.Generator().manual_seed(0))
+        y = _call(mine, x, what=name)
+    _check(y, d["want"], d["mistakes"], name, dims=("B", "N", "C"), atol=1e-4)
     with torch.no_grad():
-        want = reference(x)
-        x0, x1, x2, x3 = x[:, 0::2, 0::2], x[:, 1::2, 0::2], x[:, 0::2, 1::2], x[:, 1::2, 1::2]
-        reading = reference.reduction(reference.norm(torch.cat([x0, x2, x1, x3], dim=-1)))
-        no_norm = reference.reduction(torch.cat([x0, x1, x2, x3], dim=-1))
-        check_close(mine(x), want, name="PatchMerging(x (2, 4, 6, 4))", atol=1e-5,
-                    dims=("B", "H/2", "W/2", "2C"),
-                    mistakes={"the four neighbours are concatenated in reading order; Swin's "
-                              "order is x[0::2, 0::2], x[1::2, 0::2], x[0::2, 1::2], "
-                              "x[1::2, 1::2]": reading,
-                              "the LayerNorm is missing": no_norm})  # fmt: skip
-        odd = torch.randn(1, 5, 3, 4, generator=torch.Generator().manual_seed(1))
-        try:
-            got = mine(odd)
-        except Exception as error:
-            raise CheckFailed(
-                f"PatchMerging on a 5 x 3 map raised {type(error).__name__}: {error}. Zero-pad an "
-                "odd height or width first, at the bottom / right: F.pad(x, (0, 0, 0, W % 2, 0, "
-                "H % 2)) pads (C, W, H) from the last dimension"
-            ) from None
-        top_left = F.pad(odd, (0, 0, 1, 0, 1, 0))
-        x0, x1 = top_left[:, 0::2, 0::2], top_left[:, 1::2, 0::2]
-        x2, x3 = top_left[:, 0::2, 1::2], top_left[:, 1::2, 1::2]
-        padded_top_left = reference.reduction(reference.norm(torch.cat([x0, x1, x2, x3], -1)))
-        check_close(got, reference(odd), name="PatchMerging on a 5 x 3 map (zero-pad the bottom "
-                    "row and right column first)", atol=1e-5,
-                    mistakes={"the map is padded at the top / left; pad the bottom row and right "
-                              "column": padded_top_left})  # fmt: skip
-    passed("PatchMerging passes the visible checks")
+        out = _call(mine, x, return_attn=True, what="XCAttention(x, return_attn=True)")
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise CheckFailed("XCAttention(x, return_attn=True) should return (y, weights)")
+    check_close(out[0], d["want"], name="the output with return_attn=True", atol=1e-4)
+    _check(out[1], d["want_weights"], d["weight_mistakes"], "the XCA weights",
+           dims=("B", "heads", "d", "d"))  # fmt: skip
+    mine.train()
+    _call(mine, x, what=name).sum().backward()
+    check_gradients({"temperature": mine.temperature, "qkv.weight": mine.qkv.weight})
+    passed("XCAttention: normalised cross-covariance attention over channels")
 
 
-def check_channel_attention(cls: type) -> None:
-    """``ChannelAttention`` against course_lib.models.davit.ChannelAttention."""
-    from course_lib.models.davit import ChannelAttention
+# --------------------------------------------------------------------------------------------
+# 5. Training
+# --------------------------------------------------------------------------------------------
 
-    torch.manual_seed(0)
-    reference = ChannelAttention(dim=12, num_groups=3).eval()
-    mine = cls(dim=12, num_groups=3).eval()
-    _load(mine, reference.state_dict())
-    x = torch.randn(2, 7, 12, generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        want, weights = reference(x, return_attn=True)
-        q, k, v = reference.qkv(x).reshape(2, 7, 3, 3, 4).permute(2, 0, 3, 1, 4)  # (B, G, N, Cg)
-        qi, ki, vi = reference.qkv(x).reshape(2, 7, 3, 4, 3).permute(2, 0, 4, 1, 3)
-
-        def channel(scale: float, dim: int = -1, transpose: bool = True, q=q, k=k, v=v) -> Tensor:
-            a = (q.transpose(-2, -1) @ k * scale).softmax(dim=dim)
-            y = v @ (a.transpose(-2, -1) if transpose else a)  # (B, G, N, Cg)
-            return reference.proj(y.transpose(1, 2).reshape(2, 7, 12))
-
-        tokens = (q @ k.transpose(-2, -1) / 2).softmax(-1) @ v  # spatial attention per group
-        mistakes = {
-            "the scores are scaled by 1/sqrt(C) (the full width) instead of 1/sqrt(Cg) (the "
-            "channels of one group)": channel(12**-0.5),
-            "the softmax runs over the wrong axis of the Cg x Cg matrix": channel(0.5, dim=-2),
-            "the scores are scaled by 1/sqrt(N) (the tokens) instead of 1/sqrt(Cg) (the "
-            "channels of one group)": channel(7**-0.5),
-            "the scores are not scaled: divide them by sqrt(Cg) (Cg = channels per group)": (
-                channel(1.0)
-            ),
-            "the weights are applied without a transpose: output channel i is sum_j A[i, j] "
-            "v_j, so y = v @ A.transpose(-2, -1)": channel(0.5, transpose=False),
-            "the groups are interleaved (channel c in group c % G); group g holds the channels "
-            "g * Cg .. (g + 1) * Cg - 1 of q, k and v": channel(0.5, q=qi, k=ki, v=vi),
-            "the tokens attend to each other (N x N); in channel attention the channels do "
-            "(Cg x Cg), scores summed over the tokens": reference.proj(
-                tokens.transpose(1, 2).reshape(2, 7, 12)
-            ),
-        }
-        got = mine(x)
-        if isinstance(got, tuple):
-            raise CheckFailed("ChannelAttention(x) should return only y (return_attn=False)")
-        check_close(got, want, name="ChannelAttention(x (2, 7, 12)), 3 groups", atol=1e-5,
-                    mistakes=mistakes, dims=("B", "N", "C"))  # fmt: skip
-        out = mine(x, return_attn=True)
-        if not isinstance(out, tuple) or len(out) != 2:
-            raise CheckFailed("ChannelAttention(x, return_attn=True) should return (y, weights)")
-        check_close(out[1], weights, name="the channel attention weights",
-                    dims=("B", "G", "Cg", "Cg"))  # fmt: skip
-    passed("ChannelAttention passes the visible checks")
-
-
-def check_cls_attention_map(fn: Callable[..., Any]) -> None:
-    """``cls_attention_map`` against course_lib.models.vit.cls_attention_maps."""
-    from course_lib.models.vit import cls_attention_maps
-
-    weights = torch.rand(2, 3, 17, 17, generator=torch.Generator().manual_seed(0)).softmax(-1)
-    want = cls_attention_maps(weights, (4, 4))
-    mistakes = {
-        "the [CLS] column was taken (how much each token attends TO [CLS]) instead of the "
-        "[CLS] row (how much [CLS] attends to each patch)": weights[..., 1:, 0].reshape(2, 3, 4, 4),
-        "the slice keeps the [CLS] column and drops the last patch (take weights[..., 0, 1:])": (
-            weights[..., 0, :-1].reshape(2, 3, 4, 4)
-        ),
-        "the grid is filled column by column; patches are numbered row by row": (
-            weights[..., 0, 1:].reshape(2, 3, 4, 4).transpose(-2, -1)
-        ),
-    }
-    check_close(fn(weights, (4, 4)), want, name="cls_attention_map(weights, (4, 4))",
-                mistakes=mistakes, dims=("B", "H", "gh", "gw"))  # fmt: skip
-    passed("cls_attention_map passes the visible checks")
+THRESHOLD = 0.93
 
 
 def check_test_accuracy(model: nn.Module, images: Tensor, labels: Tensor) -> None:
-    """Accuracy of a trained classifier on held-out digits; at least 95 % is required."""
+    """Accuracy of a trained classifier on held-out digits; the grader's bar is 93 % (the mean
+    over two splits of its own)."""
     model.eval()
     with torch.no_grad():
         predictions = torch.cat([model(x).argmax(-1) for x in images.split(256)])
     accuracy = (predictions == labels).float().mean().item()
-    if accuracy < 0.95:
+    if accuracy < THRESHOLD:
         raise CheckFailed(
-            f"test accuracy {accuracy:.1%} is below 95%: check the learning rate and the number "
-            "of epochs, that the model is in train() mode while training, and that the ViT "
-            "passes its check"
+            f"test accuracy {accuracy:.1%} is below {THRESHOLD:.0%}: check the learning rate and "
+            "the number of epochs, that the model is in train() mode while training, and that "
+            "SimpleViT passes its check"
         )
-    passed(f"test accuracy {accuracy:.1%} (at least 95% needed)")
+    passed(f"test accuracy {accuracy:.1%} (the grader requires at least {THRESHOLD:.0%} on "
+           "average over two splits of its own)")  # fmt: skip
 
 
 # A blank answer (NotImplementedError) fails its check with a message.

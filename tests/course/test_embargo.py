@@ -1,13 +1,13 @@
 """The embargo (course.yml): answer keys stay with the instructor until the solutions are out.
 
 - the schedule: a wrong state, an unknown assignment or object is an error naming the line;
-- the graded objects are derived from the assignments (A4's merge_pair, A5's
-  patchify, ...), and provided code (A3's MultiHeadAttention) stays usable; an assignment whose
-  key lives beside its hidden suite (A3, reader-first) grades no course_lib object, so its chapter's
-  code (LayerNorm, the Transformer) is whole in every edition, while the key's statements are
-  still scanned for;
+- the graded objects are derived from the assignments (A4's merge_pair, ...), and provided
+  code (A3's MultiHeadAttention) stays usable; an assignment whose key lives beside its hidden
+  suite (A2, A3, A5: reader-first) grades no course_lib object, so its chapter's code (the
+  attention layers; LayerNorm, the Transformer; patchify, the windows, the ViT) is whole in every
+  edition, while the key's statements are still scanned for;
 - the stub keeps signature and docstring and raises NotImplementedError naming the part;
-- setting A5 to solutions-released brings its code back (wheel and book);
+- setting A4 to solutions-released brings its code back (wheel and book);
 - the book's student edition shows no embargoed statement, the instructor edition does (a small
   Sphinx project with the book's extension; the full book is built by `make book`);
 - the student bundle: no embargoed statement, no hidden-suite canary, no instructor-only file; its
@@ -70,8 +70,8 @@ def test_the_repository_schedule_releases_every_assignment_and_no_solution():
         ("assignments:\n  a3_transformer:\n    state: released\n    also:\n"
          "      - course_lib.layers.NoSuchThing\n", 5, "unknown object"),
         ("assignments:\n  a3_transformer:\n    stat: released\n", 3, "unknown key 'stat'"),
-        ("assignments:\n  a5_vision_transformers:\n    state: released\n    also:\n"
-         "      - course_lib.models.vit.VisionTransformer.forward: NoSuchUnit\n", 5,
+        ("assignments:\n  a4_bert_gpt:\n    state: released\n    also:\n"
+         "      - course_lib.models.gpt.GPT.forward: NoSuchUnit\n", 5,
          "grades no 'NoSuchUnit'"),
         ("assigments:\n  a3_transformer: released\n", 1, "unknown key 'assigments'"),
     ],
@@ -86,7 +86,6 @@ def test_a_mistake_in_the_schedule_names_its_line(tmp_path, text, line, words):
 def test_the_graded_objects_come_from_the_assignments(repo_plan):
     got = {d: i.where for d, i in repo_plan.embargoed.items()}
     assert got["course_lib.tokenizers.merge_pair"].startswith("A4, part 1")
-    assert got["course_lib.vision.patchify"].startswith("A5, part 1")
     # A3 is reader-first (its key lives beside its suite): no course_lib object is graded, so the
     # book's chapter 3 code is whole, although A3's beam_search shares a name with the library's
     assert embargo.own_key(ROOT, "a3_transformer") is not None
@@ -112,14 +111,17 @@ def test_the_graded_objects_come_from_the_assignments(repo_plan):
                  "course_lib.models.seq2seq.Seq2Seq.forward"):  # fmt: skip
         assert name not in got, name
     assert not any(n.startswith("A1:") for n in repo_plan.notes)
-    # course.yml's `also`: a reference of another name answers the notebook's ViT.forward
-    vit = "course_lib.models.vit.VisionTransformer"
-    assert (
-        got[f"{vit}.forward"]
-        == got[f"{vit}.forward_features"]
-        == ("A5, part 2 (The ViT forward pass)")
-    )
-    assert not any("ViT.forward has no reference" in n for n in repo_plan.notes)
+    # A5 too (its `also` entries are gone): the book's patches, windows, ViT and DaViT are whole
+    assert embargo.own_key(ROOT, "a5_vision_transformers") is not None
+    assert not [i for i in repo_plan.graded.values() if i.assignment == "a5_vision_transformers"]
+    for name in ("course_lib.vision.patchify", "course_lib.vision.window_partition",
+                 "course_lib.vision.window_reverse", "course_lib.vision.shifted_window_mask",
+                 "course_lib.vision.PatchMerging.forward",
+                 "course_lib.models.vit.VisionTransformer.forward",
+                 "course_lib.models.vit.cls_attention_maps",
+                 "course_lib.models.davit.ChannelAttention.forward"):  # fmt: skip
+        assert name not in got, name
+    assert not any(n.startswith("A5:") for n in repo_plan.notes)
     # A3 gives MultiHeadAttention as provided code, and A2 (reader-first) no longer grades it:
     # it (and what it calls) stays usable, with no note to explain why
     assert "course_lib.attention.MultiHeadAttention.forward" not in got
@@ -130,19 +132,22 @@ def test_the_graded_objects_come_from_the_assignments(repo_plan):
 
 
 def test_the_stub_keeps_signature_and_docstring_and_names_the_part(repo_plan):
-    source = (ROOT / "course_lib" / "vision.py").read_text(encoding="utf-8")
-    targets = repo_plan.by_module()["course_lib.vision"]
+    source = (ROOT / "course_lib" / "tokenizers.py").read_text(encoding="utf-8")
+    targets = repo_plan.by_module()["course_lib.tokenizers"]
     stub = stub_source(source, targets)
-    assert "def patchify(images: Tensor, patch_size: int) -> Tensor:" in stub
-    assert "You implement this in A5, part 1 (Images as sequences of patches)." in stub
-    namespace: dict = {"__name__": "course_lib.vision"}
-    exec(compile(stub, "vision.py", "exec"), namespace)  # noqa: S102
-    import torch
+    assert (
+        "def merge_pair(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:"
+        in stub
+    )
+    assert "You implement this in A4, part 1 (Byte-pair encoding)." in stub
+    namespace: dict = {"__name__": "course_lib.tokenizers"}
+    exec(compile(stub, "tokenizers.py", "exec"), namespace)  # noqa: S102
 
-    with pytest.raises(NotImplementedError, match=r"A5, part 1"):
-        namespace["patchify"](torch.zeros(1, 3, 4, 4), 2)
-    assert namespace["patchify"].__doc__ == __import__("course_lib.vision").vision.patchify.__doc__
-    lines = embargo.secrets(repo_plan)["course_lib.vision.patchify"]
+    with pytest.raises(NotImplementedError, match=r"A4, part 1"):
+        namespace["merge_pair"]([1, 2, 3], (1, 2), 4)
+    tokenizers = __import__("course_lib.tokenizers").tokenizers
+    assert namespace["merge_pair"].__doc__ == tokenizers.merge_pair.__doc__
+    lines = embargo.secrets(repo_plan)["course_lib.tokenizers.merge_pair"]
     assert lines and not any(f" {s} " in f" {' '.join(embargo.tokens(stub))} " for s in lines)
 
 
@@ -175,32 +180,53 @@ def test_a_key_beside_a_suite_is_scanned_for_until_its_solutions_are_released(tm
     a1_release = ROOT / "assignments" / "a1_rnn_attention" / "a1_rnn_attention.ipynb"
     assert not [h for h in embargo.scan(repo_plan, [a1_release]) if "a1_rnn_attention key" in h]
 
-
-def test_releasing_the_solutions_of_a5_brings_its_code_back(tmp_path):
+    # A5's key (padded windows and mask, the simple ViT, XCA): in its solution, not in its release
+    a5_key = "a5_vision_transformers key: shifted_window_mask_padded"
+    assert table[a5_key] and table["a5_vision_transformers key: XCAttention.forward"]
+    a5 = ROOT / "solutions" / "a5_vision_transformers" / "a5_vision_transformers.ipynb"
+    assert any(a5_key in h for h in embargo.scan(repo_plan, [a5]))
+    a5_release = ROOT / "assignments" / "a5_vision_transformers" / "a5_vision_transformers.ipynb"
+    assert not [
+        h for h in embargo.scan(repo_plan, [a5_release]) if "a5_vision_transformers key" in h
+    ]
     text = ALL_RELEASED.replace(
         "a5_vision_transformers: released", "a5_vision_transformers: solutions-released"
     )
     released = plan(ROOT, schedule(tmp_path, text))
-    assert released.embargoed and not [i for i in released.embargoed.values()
-                                        if i.assignment == "a5_vision_transformers"]  # fmt: skip
-    assert "course_lib.vision" not in released.by_module()
-    assert any(i.assignment == "a4_bert_gpt" for i in released.embargoed.values())
-    # the wheel is built from this copy: A5's (and A3's) modules come back byte for byte, A4's
-    # are stubbed
+    assert not [d for d in embargo.secrets(released) if d.startswith("a5_vision_transformers key")]
+
+
+def test_releasing_the_solutions_of_a4_brings_its_code_back(tmp_path, repo_plan):
+    text = ALL_RELEASED.replace("a4_bert_gpt: released", "a4_bert_gpt: solutions-released")
+    released = plan(ROOT, schedule(tmp_path, text))
+    assert any(i.assignment == "a4_bert_gpt" for i in repo_plan.embargoed.values())
+    assert not [i for i in released.embargoed.values() if i.assignment == "a4_bert_gpt"]
+    assert "course_lib.tokenizers" not in released.by_module()
+    assert "course_lib.models.gpt" not in released.by_module()
+    # the wheel is built from this copy: A4's modules (and those of the reader-first A3 and A5)
+    # come back byte for byte; what is still embargoed is stubbed
     copy = tmp_path / "course_lib"
     embargo.stub_package(ROOT / "course_lib", copy, released.by_module())
-    for rel in ("vision.py", "layers.py", "models/transformer.py"):
+    for rel in ("tokenizers.py", "models/gpt.py", "vision.py", "models/vit.py", "layers.py",
+                "models/transformer.py"):  # fmt: skip
         assert (copy / rel).read_bytes() == (ROOT / "course_lib" / rel).read_bytes(), rel
-    assert "course_lib.checks.replay" in (copy / "models" / "gpt.py").read_text(encoding="utf-8")
+    for module in released.by_module():
+        rel = Path(*module.split(".")[1:]).with_suffix(".py")
+        assert "course_lib.checks.replay" in (copy / rel).read_text(encoding="utf-8"), module
 
 
 def test_an_unreleased_assignment_is_left_out_of_the_bundle(tmp_path):
+    text = ALL_RELEASED.replace("a4_bert_gpt: released", "a4_bert_gpt: unreleased")
+    held = plan(ROOT, schedule(tmp_path, text))
+    assert "a4_bert_gpt" not in [a.name for a in held.released()]
+    assert "course_lib.tokenizers.merge_pair" in held.embargoed  # still embargoed
+    # a reader-first assignment held back: left out, its key still scanned for
     text = ALL_RELEASED.replace(
         "a5_vision_transformers: released", "a5_vision_transformers: unreleased"
     )
     held = plan(ROOT, schedule(tmp_path, text))
     assert "a5_vision_transformers" not in [a.name for a in held.released()]
-    assert "course_lib.vision.patchify" in held.embargoed  # still embargoed
+    assert embargo.secrets(held)["a5_vision_transformers key: XCAttention.forward"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -215,6 +241,10 @@ Test
    :language: python
    :pyobject: patchify
 
+.. literalinclude:: {lib}/tokenizers.py
+   :language: python
+   :pyobject: merge_pair
+
 .. literalinclude:: {lib}/models/gpt.py
    :language: python
    :pyobject: GPT.forward
@@ -227,7 +257,7 @@ Test
    :language: python
    :pyobject: get_device
 
-.. embargo:: course_lib.vision.patchify
+.. embargo:: course_lib.tokenizers.merge_pair
 
    Secret prose: the forward pass subtracts the mean.
 """
@@ -260,23 +290,24 @@ def test_the_student_edition_of_the_book_shows_no_embargoed_statement(tmp_path, 
     instructor = build_book(tmp_path, "instructor")
     assert embargo.scan(repo_plan, [Path(student)]) == []
     hits = embargo.scan(repo_plan, [Path(instructor)])
-    assert any("vision.patchify" in h for h in hits) and any("GPT.forward" in h for h in hits)
+    assert any("tokenizers.merge_pair" in h for h in hits)
+    assert any("GPT.forward" in h for h in hits)
     text = embargo._text_of(Path(student))  # the page's text, without tags
-    assert "You implement this in A5, part 1 (Images as sequences of patches)" in text
+    assert "You implement this in A4, part 1 (Byte-pair encoding)" in text
     assert "You implement this in A4, part 3 (GPT)" in text
     assert "def get_device" in text  # not graded: shown in full
     # A3 is reader-first: the book shows LayerNorm whole, in the student edition too
     assert "You implement this in A3" not in text and "var = " in text
+    # A5 too: patchify whole
+    assert "You implement this in A5" not in text and "x.permute(0, 2, 4, 1, 3, 5)" in text
     assert "Secret prose" not in text and "Secret prose" in embargo._text_of(Path(instructor))
-    # A5's solutions released: its code comes back in the student edition
-    text5 = ALL_RELEASED.replace(
-        "a5_vision_transformers: released", "a5_vision_transformers: solutions-released"
-    )
+    # A4's solutions released: its code comes back in the student edition
+    text4 = ALL_RELEASED.replace("a4_bert_gpt: released", "a4_bert_gpt: solutions-released")
     released = tmp_path / "released"
     released.mkdir()
-    back = build_book(released, "student", schedule(released, text5))
-    assert any("vision.patchify" in h for h in embargo.scan(repo_plan, [Path(back)]))
-    assert "You implement this in A5" not in Path(back).read_text(encoding="utf-8")
+    back = build_book(released, "student", schedule(released, text4))
+    assert any("tokenizers.merge_pair" in h for h in embargo.scan(repo_plan, [Path(back)]))
+    assert "You implement this in A4" not in Path(back).read_text(encoding="utf-8")
 
 
 # ------------------------------------------------------------------------------------------
@@ -330,6 +361,7 @@ def test_the_bundle_holds_no_answer_key_and_nothing_instructor_only(bundle, repo
     assert "course_lib/checks/recorded/a3_transformer.pt" in names  # A3's checks' answers
     assert "course_lib/checks/recorded/a2_self_attention.pt" in names  # A2's checks' answers
     assert "course_lib/checks/recorded/a1_rnn_attention.pt" in names  # A1's checks' answers
+    assert "course_lib/checks/recorded/a5_vision_transformers.pt" in names  # A5's
 
 
 STUDENT_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
