@@ -319,16 +319,12 @@ def test_a4_visible_checks_name_the_mistakes_of_the_samples():
     from course_lib.checks import CheckFailed, a4
 
     partial = sample_definitions("a4_bert_gpt", "partial")
-    with pytest.raises(CheckFailed, match="replaced by \\[MASK\\]"):
-        a4.check_mask_tokens(partial["mask_tokens"])
-    with pytest.raises(CheckFailed, match="crosses p"):
-        a4.check_top_p_filter(partial["top_p_filter"])
-
-    def no_early_stop(text, num_merges):  # merges pairs that occur once
-        return partial["learn_merges"](text, num_merges) + [(1, 2)] * 3
-
-    with pytest.raises(CheckFailed, match="fewer than 2 times"):
-        a4.check_learn_merges(no_early_stop)
+    with pytest.raises(CheckFailed, match="for each token, not once per word"):
+        a4.check_whole_word_mask(partial["whole_word_mask"])
+    with pytest.raises(CheckFailed, match="the threshold is min_p itself"):
+        a4.check_min_p_filter(partial["min_p_filter"])
+    with pytest.raises(CheckFailed, match="tiled"):
+        a4.check_grouped_attention(partial["GroupedCausalSelfAttention"])
 
 
 @pytest.mark.slow

@@ -1,11 +1,13 @@
 """The embargo (course.yml): answer keys stay with the instructor until the solutions are out.
 
 - the schedule: a wrong state, an unknown assignment or object is an error naming the line;
-- the graded objects are derived from the assignments (A4's merge_pair, ...), and provided
-  code (A3's MultiHeadAttention) stays usable; an assignment whose key lives beside its hidden
-  suite (A2, A3, A5: reader-first) grades no course_lib object, so its chapter's code (the
-  attention layers; LayerNorm, the Transformer; patchify, the windows, the ViT) is whole in every
-  edition, while the key's statements are still scanned for;
+- the graded objects are derived from the assignments, and provided code (A3's
+  MultiHeadAttention) stays usable; an assignment whose key lives beside its hidden suite (all
+  five: reader-first) grades no course_lib object, so its chapter's code (the attention layers;
+  LayerNorm, the Transformer; BPE training, masking, GPT; patchify, the windows, the ViT) is
+  whole in every edition, while the key's statements are still scanned for; the repository's
+  embargo is empty, so the machinery below is exercised with a schedule whose `also` embargoes
+  two of the book's objects for A4 (EXAMPLE);
 - the stub keeps signature and docstring and raises NotImplementedError naming the part;
 - setting A4 to solutions-released brings its code back (wheel and book);
 - the book's student edition shows no embargoed statement, the instructor edition does (a small
@@ -50,6 +52,29 @@ def repo_plan():
     return plan(ROOT)
 
 
+# Every assignment is reader-first, so the repository embargoes nothing; `also` still embargoes
+# a named object, which is how these tests exercise the stubs, the book's boxes and the release.
+EXAMPLE_A4 = (
+    "  a4_bert_gpt:\n    state: {state}\n    also:\n"
+    "      - course_lib.masking.mask_tokens: whole_word_mask\n"
+    "      - course_lib.models.bert.BertEmbeddings.forward: segment_ids\n"
+)
+
+
+def example(state: str = "released") -> str:
+    return ALL_RELEASED.replace("  a4_bert_gpt: released\n", EXAMPLE_A4.format(state=state))
+
+
+@pytest.fixture(scope="module")
+def example_schedule(tmp_path_factory):
+    return schedule(tmp_path_factory.mktemp("example"), example())
+
+
+@pytest.fixture(scope="module")
+def example_plan(example_schedule):
+    return plan(ROOT, example_schedule)
+
+
 def test_the_repository_schedule_releases_every_assignment_and_no_solution():
     """Every assignment is listed (``new-assignment`` adds a new one as unreleased); the five
     assignments of the term are released and no solution is."""
@@ -85,7 +110,17 @@ def test_a_mistake_in_the_schedule_names_its_line(tmp_path, text, line, words):
 
 def test_the_graded_objects_come_from_the_assignments(repo_plan):
     got = {d: i.where for d, i in repo_plan.embargoed.items()}
-    assert got["course_lib.tokenizers.merge_pair"].startswith("A4, part 1")
+    # A4 is reader-first too: the book's BPE training, BERT masking and GPT are whole, and with it
+    # the repository's embargo is empty
+    assert embargo.own_key(ROOT, "a4_bert_gpt") is not None
+    assert not [i for i in repo_plan.graded.values() if i.assignment == "a4_bert_gpt"]
+    for name in ("course_lib.tokenizers.merge_pair", "course_lib.tokenizers.learn_merges",
+                 "course_lib.masking.mask_tokens", "course_lib.models.gpt.GPT.forward",
+                 "course_lib.models.gpt.CausalSelfAttention.forward",
+                 "course_lib.models.gpt.sample_next_token"):  # fmt: skip
+        assert name not in got, name
+    assert not any(n.startswith("A4:") for n in repo_plan.notes)
+    assert not got
     # A3 is reader-first (its key lives beside its suite): no course_lib object is graded, so the
     # book's chapter 3 code is whole, although A3's beam_search shares a name with the library's
     assert embargo.own_key(ROOT, "a3_transformer") is not None
@@ -131,23 +166,24 @@ def test_the_graded_objects_come_from_the_assignments(repo_plan):
     assert "course_lib.models.vit.EncoderBlock.forward" not in got
 
 
-def test_the_stub_keeps_signature_and_docstring_and_names_the_part(repo_plan):
-    source = (ROOT / "course_lib" / "tokenizers.py").read_text(encoding="utf-8")
-    targets = repo_plan.by_module()["course_lib.tokenizers"]
+def test_the_stub_keeps_signature_and_docstring_and_names_the_part(example_plan):
+    got = {d: i.where for d, i in example_plan.embargoed.items()}
+    assert got["course_lib.masking.mask_tokens"] == "A4, part 2 (BERT's inputs)"  # also: ...: unit
+    source = (ROOT / "course_lib" / "masking.py").read_text(encoding="utf-8")
+    targets = example_plan.by_module()["course_lib.masking"]
     stub = stub_source(source, targets)
-    assert (
-        "def merge_pair(ids: Sequence[int], pair: tuple[int, int], new_id: int) -> list[int]:"
-        in stub
-    )
-    assert "You implement this in A4, part 1 (Byte-pair encoding)." in stub
-    namespace: dict = {"__name__": "course_lib.tokenizers"}
-    exec(compile(stub, "tokenizers.py", "exec"), namespace)  # noqa: S102
+    assert "def mask_tokens(" in stub and "special_ids: Iterable[int]," in stub
+    assert "You implement this in A4, part 2 (BERT's inputs)." in stub
+    namespace: dict = {"__name__": "course_lib.masking"}
+    exec(compile(stub, "masking.py", "exec"), namespace)  # noqa: S102
+    import torch
 
-    with pytest.raises(NotImplementedError, match=r"A4, part 1"):
-        namespace["merge_pair"]([1, 2, 3], (1, 2), 4)
-    tokenizers = __import__("course_lib.tokenizers").tokenizers
-    assert namespace["merge_pair"].__doc__ == tokenizers.merge_pair.__doc__
-    lines = embargo.secrets(repo_plan)["course_lib.tokenizers.merge_pair"]
+    with pytest.raises(NotImplementedError, match=r"A4, part 2"):
+        namespace["mask_tokens"](torch.zeros(2, 3, dtype=torch.long), vocab_size=5, mask_id=1,
+                                 special_ids=[0])  # fmt: skip
+    masking = __import__("course_lib.masking").masking
+    assert namespace["mask_tokens"].__doc__ == masking.mask_tokens.__doc__
+    lines = embargo.secrets(example_plan)["course_lib.masking.mask_tokens"]
     assert lines and not any(f" {s} " in f" {' '.join(embargo.tokens(stub))} " for s in lines)
 
 
@@ -194,32 +230,42 @@ def test_a_key_beside_a_suite_is_scanned_for_until_its_solutions_are_released(tm
     )
     released = plan(ROOT, schedule(tmp_path, text))
     assert not [d for d in embargo.secrets(released) if d.startswith("a5_vision_transformers key")]
+    # A4's key (WordPiece, whole-word masking, grouped-query attention, min-p): in its solution,
+    # not in its release
+    a4_key = "a4_bert_gpt key: wordpiece_encode"
+    assert table[a4_key] and table["a4_bert_gpt key: GroupedCausalSelfAttention.forward"]
+    a4 = ROOT / "solutions" / "a4_bert_gpt" / "a4_bert_gpt.ipynb"
+    assert any(a4_key in h for h in embargo.scan(repo_plan, [a4]))
+    a4_release = ROOT / "assignments" / "a4_bert_gpt" / "a4_bert_gpt.ipynb"
+    assert not [h for h in embargo.scan(repo_plan, [a4_release]) if "a4_bert_gpt key" in h]
 
 
-def test_releasing_the_solutions_of_a4_brings_its_code_back(tmp_path, repo_plan):
-    text = ALL_RELEASED.replace("a4_bert_gpt: released", "a4_bert_gpt: solutions-released")
-    released = plan(ROOT, schedule(tmp_path, text))
-    assert any(i.assignment == "a4_bert_gpt" for i in repo_plan.embargoed.values())
+def test_releasing_the_solutions_of_a4_brings_its_code_back(tmp_path, example_plan):
+    released = plan(ROOT, schedule(tmp_path, example("solutions-released")))
+    assert any(i.assignment == "a4_bert_gpt" for i in example_plan.embargoed.values())
     assert not [i for i in released.embargoed.values() if i.assignment == "a4_bert_gpt"]
-    assert "course_lib.tokenizers" not in released.by_module()
-    assert "course_lib.models.gpt" not in released.by_module()
+    assert "course_lib.masking" not in released.by_module()
+    assert "course_lib.models.bert" not in released.by_module()
     # the wheel is built from this copy: A4's modules (and those of the reader-first A3 and A5)
     # come back byte for byte; what is still embargoed is stubbed
     copy = tmp_path / "course_lib"
     embargo.stub_package(ROOT / "course_lib", copy, released.by_module())
-    for rel in ("tokenizers.py", "models/gpt.py", "vision.py", "models/vit.py", "layers.py",
-                "models/transformer.py"):  # fmt: skip
+    for rel in ("masking.py", "models/bert.py", "tokenizers.py", "models/gpt.py", "vision.py",
+                "models/vit.py", "layers.py", "models/transformer.py"):  # fmt: skip
         assert (copy / rel).read_bytes() == (ROOT / "course_lib" / rel).read_bytes(), rel
     for module in released.by_module():
         rel = Path(*module.split(".")[1:]).with_suffix(".py")
         assert "course_lib.checks.replay" in (copy / rel).read_text(encoding="utf-8"), module
+    held = tmp_path / "held"
+    embargo.stub_package(ROOT / "course_lib", held, example_plan.by_module())
+    for rel in ("masking.py", "models/bert.py"):  # before the release: stubbed
+        assert (held / rel).read_bytes() != (ROOT / "course_lib" / rel).read_bytes(), rel
 
 
 def test_an_unreleased_assignment_is_left_out_of_the_bundle(tmp_path):
-    text = ALL_RELEASED.replace("a4_bert_gpt: released", "a4_bert_gpt: unreleased")
-    held = plan(ROOT, schedule(tmp_path, text))
+    held = plan(ROOT, schedule(tmp_path, example("unreleased")))
     assert "a4_bert_gpt" not in [a.name for a in held.released()]
-    assert "course_lib.tokenizers.merge_pair" in held.embargoed  # still embargoed
+    assert "course_lib.masking.mask_tokens" in held.embargoed  # still embargoed
     # a reader-first assignment held back: left out, its key still scanned for
     text = ALL_RELEASED.replace(
         "a5_vision_transformers: released", "a5_vision_transformers: unreleased"
@@ -241,13 +287,13 @@ Test
    :language: python
    :pyobject: patchify
 
-.. literalinclude:: {lib}/tokenizers.py
+.. literalinclude:: {lib}/masking.py
    :language: python
-   :pyobject: merge_pair
+   :pyobject: mask_tokens
 
-.. literalinclude:: {lib}/models/gpt.py
+.. literalinclude:: {lib}/models/bert.py
    :language: python
-   :pyobject: GPT.forward
+   :pyobject: BertEmbeddings.forward
 
 .. literalinclude:: {lib}/layers.py
    :language: python
@@ -257,7 +303,7 @@ Test
    :language: python
    :pyobject: get_device
 
-.. embargo:: course_lib.tokenizers.merge_pair
+.. embargo:: course_lib.masking.mask_tokens
 
    Secret prose: the forward pass subtracts the mean.
 """
@@ -285,16 +331,17 @@ def build_book(tmp_path: Path, edition: str, schedule_path: Path | None = None) 
 
 
 @pytest.mark.slow
-def test_the_student_edition_of_the_book_shows_no_embargoed_statement(tmp_path, repo_plan):
-    student = build_book(tmp_path, "student")
-    instructor = build_book(tmp_path, "instructor")
-    assert embargo.scan(repo_plan, [Path(student)]) == []
-    hits = embargo.scan(repo_plan, [Path(instructor)])
-    assert any("tokenizers.merge_pair" in h for h in hits)
-    assert any("GPT.forward" in h for h in hits)
+def test_the_student_edition_of_the_book_shows_no_embargoed_statement(
+    tmp_path, example_plan, example_schedule
+):
+    student = build_book(tmp_path, "student", example_schedule)
+    instructor = build_book(tmp_path, "instructor", example_schedule)
+    assert embargo.scan(example_plan, [Path(student)]) == []
+    hits = embargo.scan(example_plan, [Path(instructor)])
+    assert any("masking.mask_tokens" in h for h in hits)
+    assert any("BertEmbeddings.forward" in h for h in hits)
     text = embargo._text_of(Path(student))  # the page's text, without tags
-    assert "You implement this in A4, part 1 (Byte-pair encoding)" in text
-    assert "You implement this in A4, part 3 (GPT)" in text
+    assert text.count("You implement this in A4, part 2 (BERT's inputs)") == 2
     assert "def get_device" in text  # not graded: shown in full
     # A3 is reader-first: the book shows LayerNorm whole, in the student edition too
     assert "You implement this in A3" not in text and "var = " in text
@@ -302,11 +349,10 @@ def test_the_student_edition_of_the_book_shows_no_embargoed_statement(tmp_path, 
     assert "You implement this in A5" not in text and "x.permute(0, 2, 4, 1, 3, 5)" in text
     assert "Secret prose" not in text and "Secret prose" in embargo._text_of(Path(instructor))
     # A4's solutions released: its code comes back in the student edition
-    text4 = ALL_RELEASED.replace("a4_bert_gpt: released", "a4_bert_gpt: solutions-released")
     released = tmp_path / "released"
     released.mkdir()
-    back = build_book(released, "student", schedule(released, text4))
-    assert any("tokenizers.merge_pair" in h for h in embargo.scan(repo_plan, [Path(back)]))
+    back = build_book(released, "student", schedule(released, example("solutions-released")))
+    assert any("masking.mask_tokens" in h for h in embargo.scan(example_plan, [Path(back)]))
     assert "You implement this in A4" not in Path(back).read_text(encoding="utf-8")
 
 
@@ -357,11 +403,14 @@ def test_the_bundle_holds_no_answer_key_and_nothing_instructor_only(bundle, repo
         assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text, name
     wheel = next(out.glob("*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    assert any(n.startswith("course_lib/checks/data/") and n.endswith(".pt") for n in names)
+    # nothing is embargoed any more, so no stub replays recorded check data
+    assert not repo_plan.embargoed
+    assert not any(n.startswith("course_lib/checks/data/") and n.endswith(".pt") for n in names)
     assert "course_lib/checks/recorded/a3_transformer.pt" in names  # A3's checks' answers
     assert "course_lib/checks/recorded/a2_self_attention.pt" in names  # A2's checks' answers
     assert "course_lib/checks/recorded/a1_rnn_attention.pt" in names  # A1's checks' answers
     assert "course_lib/checks/recorded/a5_vision_transformers.pt" in names  # A5's
+    assert "course_lib/checks/recorded/a4_bert_gpt.pt" in names  # A4's checks' answers
 
 
 STUDENT_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

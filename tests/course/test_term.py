@@ -274,7 +274,7 @@ def test_a_points_fix_is_one_edit_of_the_text_source():
     a4 = (REPO / "solutions" / "a4_bert_gpt" / "a4_bert_gpt.md").read_text()
     nb = to_notebook(a4.replace(":points: 6", ":points: 7", 1))
     sync_points(nb)
-    with pytest.raises(AuthoringError, match="part 2: the rows say 11, its check cells 12"):
+    with pytest.raises(AuthoringError, match="part 2: the rows say 7, its check cells 8"):
         _check_table(nb, "a4_bert_gpt.md")
 
 
