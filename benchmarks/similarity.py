@@ -48,7 +48,7 @@ from autograder.course.layout import Course  # noqa: E402
 from autograder.host.intake import discover  # noqa: E402
 from autograder.tools import similarity as S  # noqa: E402
 
-COURSE = Course(REPO)
+COURSE = Course(corpus.COURSE_ROOT)  # the frozen releases the classes were written for
 README_GRADE = (100, 205.0)  # README: 100 A4 submissions graded in 205 s (--jobs 2)
 
 
@@ -100,10 +100,15 @@ def tool_files(klass: corpus.Class, work: Path) -> tuple[dict[str, Path], Path, 
         nb = json.loads((work / corpus.PAST / f"{name}.ipynb").read_text())
         put(f"past: {corpus.PAST}/{name}", nb)
     a = klass.assignment
-    put(corpus.REFERENCE, json.loads((REPO / "solutions" / a / f"{a}.ipynb").read_text()))
+    put(
+        corpus.REFERENCE,
+        json.loads((corpus.COURSE_ROOT / "solutions" / a / f"{a}.ipynb").read_text()),
+    )
     template = work / "template.py"
     template.write_text(
-        _graded_code(json.loads((REPO / "assignments" / a / f"{a}.ipynb").read_text()), cells)
+        _graded_code(
+            json.loads((corpus.COURSE_ROOT / "assignments" / a / f"{a}.ipynb").read_text()), cells
+        )
     )
     students = sorted(klass.students)
     others = [corpus.REFERENCE] + [f"past: {corpus.PAST}/{n}" for n in sorted(klass.past)]

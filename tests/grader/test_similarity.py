@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from autograder.cli import main
-from autograder.course.layout import PACKAGE_ROOT, Course
+from autograder.course.layout import Course
 from autograder.host.intake import discover
 from autograder.tools import similarity as S
 
@@ -25,7 +25,7 @@ N = importlib.import_module("autograder.tools.similarity.normalise")
 R = importlib.import_module("autograder.tools.similarity.report")
 command = importlib.import_module("autograder.tools.similarity.command")
 
-COURSE = Course(PACKAGE_ROOT)
+COURSE = Course(corpus.COURSE_ROOT)  # the frozen releases the classes were written for
 A2, A3 = "a2_self_attention", "a3_transformer"
 RELEASE = COURSE.release_dir(A2) / f"{A2}.ipynb"
 SDPA = f"{A2}.ipynb::scaled_dot_product_attention"
@@ -304,7 +304,8 @@ def test_cli_report_rows_escaping_and_past(classes, tmp_path, capsys):
     (subs / "<b>odd").mkdir()
     rewrites = [n for n in sorted(klass.students) if n.startswith("s")][20:26]  # not in subs
     background = klass.write(tmp_path / "rewrites", rewrites)
-    argv = ["similarity", A2, "--submissions", str(subs), "--out", str(out)]
+    argv = ["--course-dir", str(corpus.COURSE_ROOT), "similarity", A2, "--submissions", str(subs)]
+    argv += ["--out", str(out)]
     assert main([*argv, "--past", str(past), "--background", str(background)]) == 0
     md = (out / "similarity.md").read_text()
     page = (out / "similarity.html").read_text()
