@@ -853,8 +853,10 @@ def build_wheel(p: Plan, out: Path) -> Path:
         pyproject = pyproject.replace('include = ["course_lib*", "autograder*"]',
                                       'include = ["course_lib*"]')  # fmt: skip
         pyproject = re.sub(r"^readme = .*\n", "", pyproject, flags=re.M)
-        # the student edition says so in its version: 0.1.0+student
-        pyproject = re.sub(r'^(version = "[^"+]+)"', r'\1+student"', pyproject, flags=re.M)
+        # a student edition with stubs says so in its version (0.1.0+student); with nothing
+        # embargoed (every assignment reader-first) it is the public library, byte for byte
+        if p.embargoed:
+            pyproject = re.sub(r'^(version = "[^"+]+)"', r'\1+student"', pyproject, flags=re.M)
         pyproject = re.sub(
             r"\[project\.optional-dependencies\].*?(?=\n\[tool)", "", pyproject, flags=re.S
         )
@@ -872,13 +874,17 @@ def build_wheel(p: Plan, out: Path) -> Path:
         return made[-1]
 
 
+WHEEL_WHOLE = "the library the book uses and shows, whole."
+WHEEL_STUBBED = (
+    "the library the book uses, except that the\n  functions you write in the assignments raise "
+    '`NotImplementedError` and say where you implement\n  them (for example "You implement this '
+    'in A3, part 3").'
+)
 STUDENT_README = """# {title}: student bundle
 
 What is here:
 
-- `{wheel}`: the course library, `course_lib`. It is the library the book uses, except that the
-  functions you write in the assignments raise `NotImplementedError` and say where you implement
-  them (for example "You implement this in A3, part 3").
+- `{wheel}`: the course library, `course_lib`: {library}
 - `assignments/`: the released assignments ({released}).
 - `book/` (when present): the student edition of the book; open `book/index.html`.
 
@@ -930,6 +936,7 @@ def build_bundle(p: Plan, out: Path, book: Path | None = None) -> Path:
         STUDENT_README.format(
             title="Attention and Transformers",
             wheel=wheel.name,
+            library=WHEEL_STUBBED if p.embargoed else WHEEL_WHOLE,
             released=", ".join(a.label for a in released) or "none yet",
         ),
         encoding="utf-8",

@@ -22,10 +22,11 @@ folders whose names start with ``_``).
 
 What the first cell installs depends on the edition (``embargo_edition.py``). The student
 edition ships the *student wheel* of the course library with the site
-(``_notebooks/course_lib-<version>+student-py3-none-any.whl``, built by
-``autograder.course.embargo.build_wheel``: the graded functions raise "You implement this in A3,
-part 1"
-until their solutions are released), and installs it from the site: the launch buttons work
+(``_notebooks/course_lib-<version>-py3-none-any.whl``, built by
+``autograder.course.embargo.build_wheel``; while ``course.yml`` embargoes a graded object its
+version ends in ``+student`` and that object raises "You implement this in A3, part 1" until its
+solutions are released; with every assignment reader-first nothing is embargoed and the wheel is
+the public library), and installs it from the site: the launch buttons work
 whether or not the instructor's repository is public, and they never hand out the answers. The
 instructor edition installs ``course_lib`` from the repository. The wheel is built once per
 content of the library, the assignments and the schedule, and kept beside the execution cache.
@@ -91,8 +92,8 @@ def install_spec(app) -> str:
 
 
 def _install_note(app) -> str:
-    if getattr(app, "_course_student_wheel", None) is None:
-        return ""
+    if getattr(app, "_course_student_wheel", None) is None or not app._course_embargoes:
+        return ""  # the instructor edition, or a student edition with nothing embargoed
     return (
         "# Student edition: the functions you write in the assignments raise NotImplementedError\n"
         '# ("You implement this in A3, part 1") until their solutions are released.\n'
@@ -389,9 +390,11 @@ def _build_student_wheel(app) -> None:
     cache_path = getattr(app.config, "nb_execution_cache_path", "") or app.doctreedir
     folder = Path(cache_path).parent / ".student_wheel" / _wheel_key(root, schedule)
     wheels = sorted(folder.glob("course_lib-*.whl"))
+    p = plan(root, schedule)
+    app._course_embargoes = bool(p.embargoed)
     if not wheels:
         with tempfile.TemporaryDirectory(prefix="book-wheel-") as tmp:
-            made = build_wheel(plan(root, schedule), Path(tmp))
+            made = build_wheel(p, Path(tmp))
             folder.mkdir(parents=True, exist_ok=True)
             shutil.copy2(made, folder / made.name)
         wheels = sorted(folder.glob("course_lib-*.whl"))
@@ -405,6 +408,8 @@ def _write_site_files(app, exception):
     wheel = getattr(app, "_course_student_wheel", None)
     if wheel is not None:
         (out / NOTEBOOKS).mkdir(exist_ok=True)
+        for stale in (out / NOTEBOOKS).glob("course_lib-*.whl"):  # an earlier build's wheel
+            stale.unlink()
         shutil.copy2(wheel, out / NOTEBOOKS / wheel.name)
     (out / ".nojekyll").write_text("")
     binder = out / "binder"

@@ -23,15 +23,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import textwrap
 import zipfile
 from pathlib import Path
 
+import fresh_env
 import pytest
 import time_limits
-from time_limits import scaled
+from fresh_env import run_notebook
 
 from autograder.course import embargo
 from autograder.course.embargo import ScheduleError, plan, read_schedule, stub_source
@@ -413,7 +413,7 @@ def test_the_bundle_holds_no_answer_key_and_nothing_instructor_only(bundle, repo
     assert "course_lib/checks/recorded/a4_bert_gpt.pt" in names  # A4's checks' answers
 
 
-STUDENT_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+STUDENT_ENV = fresh_env.ENV
 
 
 @pytest.fixture(scope="module")
@@ -421,23 +421,7 @@ def student_python(bundle, tmp_path_factory):
     """A fresh virtual environment with the bundle's wheel; torch & co. from the course's venv."""
     out, _ = bundle
     venv = tmp_path_factory.mktemp("venv") / "student"
-    subprocess.run([sys.base_prefix + "/bin/python3", "-m", "venv", "--without-pip", str(venv)],
-                   check=True)  # fmt: skip
-    python = venv / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
-                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    ours = [p for p in sys.path if p.endswith("site-packages")][0]
-    Path(site, "_course_dependencies.pth").write_text(ours + "\n", encoding="utf-8")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-         "--no-index", "--quiet", str(next(out.glob("*.whl")))],
-        check=True,
-    )  # fmt: skip
-    where = subprocess.run([str(python), "-c", "import course_lib; print(course_lib.__file__)"],
-                           capture_output=True, text=True, check=True, cwd=venv,
-                           env=STUDENT_ENV).stdout  # fmt: skip
-    assert where.startswith(str(venv)), where
-    return python
+    return fresh_env.python_with_wheel(next(out.glob("*.whl")), venv)
 
 
 def run_checks(python: Path, notebook: Path) -> list[dict]:
@@ -468,30 +452,6 @@ def test_the_student_wheel_runs_the_checks_blank_and_with_the_reference(
     assert all(len(r["message"]) >= 20 for r in blank if r["status"] == "failed")
     wrong = [r for r in reference if r["cell"] not in TRAINED and r["status"] != "passed"]
     assert not wrong, f"the reference answers should pass every check: {wrong}"
-
-
-def run_notebook(python: Path, kernels: Path, notebook: Path) -> list[tuple[str, str, str]]:
-    """Run ``notebook`` top to bottom in a kernel of ``python``: its errors (cell, name, value)."""
-    import nbformat
-    from nbclient import NotebookClient
-
-    spec = kernels / "kernels" / "student"
-    spec.mkdir(parents=True, exist_ok=True)
-    argv = [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    (spec / "kernel.json").write_text(
-        json.dumps({"argv": argv, "display_name": "student", "language": "python"})
-    )
-    nb = nbformat.read(notebook, as_version=4)
-    nb.cells.insert(0, nbformat.v4.new_code_cell("import course_lib; print(course_lib.__file__)"))
-    NotebookClient(nb, timeout=int(scaled(900)), kernel_name="student", allow_errors=True,
-                   resources={"metadata": {"path": str(kernels)}}).execute()  # fmt: skip
-    assert nb.cells[0].outputs[0]["text"].startswith(str(python.parent.parent))
-    return [
-        (c.metadata.get("nbgrader", {}).get("grade_id", "?"), o["ename"], o["evalue"])
-        for c in nb.cells
-        for o in c.get("outputs", [])
-        if o.get("output_type") == "error"
-    ]
 
 
 @pytest.mark.slow

@@ -1,0 +1,99 @@
+"""The notebooks behind the launch buttons (Colab, Binder) run for any reader.
+
+Each launch notebook is its page's code behind one cell that installs ``course_lib`` from the wheel
+the site ships; the pages themselves run in every build (``execute_pages.py`` and the book build
+fail on an error). So a launch notebook runs wherever that wheel is the library the pages ran
+with: every notebook is checked to be its page plus the install cell, the wheel against the
+repository's ``course_lib`` file by file, and a few notebooks (the book's Transformer blocks,
+BERT's inputs, GPT's cache, multi-head attention, ViT) run top to bottom in a fresh environment
+that has the wheel and nothing of this repository, as on Colab.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import fresh_env
+import jupytext
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+INSTALL = 'find_spec("course_lib")'
+RUN = [
+    "chapters/02_attention_layer/09_multi_head",
+    "chapters/03_transformer/02_blocks",
+    "chapters/04_pretraining/01_bert_inputs",
+    "chapters/04_pretraining/06_kv_cache",
+    "chapters/05_vision/02_vit",
+]
+
+
+def _launch_notebooks(html_dir: Path) -> dict[str, Path]:
+    folder = html_dir / "_notebooks"
+    return {p.relative_to(folder).with_suffix("").as_posix(): p for p in folder.rglob("*.ipynb")}
+
+
+def _code(cells) -> list[str]:
+    return [c["source"] if isinstance(c["source"], str) else "".join(c["source"]) for c in cells]
+
+
+@pytest.fixture(scope="module")
+def wheel(html_dir) -> Path:
+    wheels = sorted((html_dir / "_notebooks").glob("course_lib-*.whl"))
+    if not wheels:
+        pytest.skip("an instructor-edition build: its notebooks install from the repository")
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+def test_every_launch_notebook_is_its_page_behind_an_install_cell(html_dir):
+    notebooks = _launch_notebooks(html_dir)
+    assert len(notebooks) >= 40, "every page with code has a launch notebook"
+    problems = []
+    for name, path in sorted(notebooks.items()):
+        cells = [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"]]
+        code = _code([c for c in cells if c["cell_type"] == "code"])
+        page = jupytext.read(REPO / "book" / f"{name}.md")
+        if not code or INSTALL not in code[0] or "pip" not in code[0]:
+            problems.append(f"{name}: the first cell does not install course_lib")
+        elif code[1:] != _code([c for c in page.cells if c.cell_type == "code"]):
+            problems.append(f"{name}: its code cells are not the page's")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_site_wheel_is_the_library_the_pages_ran_with(wheel):
+    """Every assignment is reader-first (its key lives beside its hidden suite), so nothing is
+    embargoed: the wheel readers install is the repository's ``course_lib``, byte for byte."""
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {n: archive.read(n) for n in archive.namelist() if n.startswith("course_lib/")}
+    ours = {
+        p.relative_to(REPO).as_posix(): p.read_bytes()
+        for p in (REPO / "course_lib").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    missing = sorted(n for n in ours if n.endswith(".py") and n not in shipped)
+    changed = sorted(n for n in shipped if n in ours and shipped[n] != ours[n])
+    assert not missing and not changed, f"missing {missing}, changed {changed}"
+    assert "+student" not in wheel.name
+
+
+@pytest.fixture(scope="module")
+def reader_python(wheel, tmp_path_factory) -> Path:
+    """A fresh environment with the site's wheel (torch & co. from the course's venv)."""
+    return fresh_env.python_with_wheel(wheel, tmp_path_factory.mktemp("launch") / "venv")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", RUN)
+def test_a_launch_notebook_runs_top_to_bottom_in_a_fresh_environment(
+    name, html_dir, reader_python, tmp_path, monkeypatch
+):
+    kernels, cwd = tmp_path / "kernels", tmp_path / "content"  # cwd: no repository around
+    cwd.mkdir()
+    monkeypatch.setenv("JUPYTER_PATH", str(kernels))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    notebook = _launch_notebooks(html_dir)[name]
+    assert fresh_env.run_notebook(reader_python, kernels, notebook, cwd=cwd) == []
