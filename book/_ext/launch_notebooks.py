@@ -422,6 +422,16 @@ def _write_site_files(app, exception):
     )
 
 
+def _rewrite_all_when_the_install_changes(app, env, added, changed, removed) -> list[str]:
+    """Every page's notebook carries the install cell: when what it installs changes (a new
+    wheel name, an edition), every page is written again, not only the edited ones."""
+    install = install_spec(app) + _install_note(app)
+    if getattr(env, "course_launch_install", None) == install:
+        return []
+    env.course_launch_install = install
+    return sorted(env.found_docs)
+
+
 def setup(app):
     app.add_config_value("launch_site_branch", "gh-pages", "html")
     app.add_config_value("launch_site_url", "", "html")
@@ -429,5 +439,6 @@ def setup(app):
     # after sphinx-book-theme's add_launch_buttons (priority 501)
     app.connect("html-page-context", _write_notebook_and_fix_buttons, priority=600)
     app.connect("builder-inited", _build_student_wheel)
+    app.connect("env-get-outdated", _rewrite_all_when_the_install_changes)
     app.connect("build-finished", _write_site_files)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
