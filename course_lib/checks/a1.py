@@ -221,6 +221,8 @@ def check_sequence_loss(fn: Callable[..., Tensor], *, seed: int = 0) -> None:
     check_close(loss, expected, name="the loss", mistakes={
         "the padding positions are counted: ignore them (ignore_index=pad_id)": flat.mean(),
         "the loss is summed, not averaged over the real tokens": flat[real].sum(),
+        "the padding losses are zeroed but the mean runs over all positions: divide by the "
+        "number of real tokens (ignore_index=pad_id does it)": (flat * real).mean(),
         "each sequence is averaged first, then the sequences: average over all real tokens "
         "at once": (flat * real).sum(1).div(real.sum(1)).mean(),
     })  # fmt: skip

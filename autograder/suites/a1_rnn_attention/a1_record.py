@@ -56,6 +56,8 @@ AFTER = "the mask is applied after the softmax: fill the masked scores before it
 AFTER += "masked_softmax), so that padding takes no probability mass"
 NO_MASK = "the padding is not masked: padding positions must get weight 0 (masked_softmax(e, mask))"
 SCORES = "the scores are returned, not the weights: a_t = masked softmax of the scores"
+EMPTY = "a row without any real position gets weights, not all zeros: after the softmax of the "
+EMPTY += "filled scores, zero the masked positions (the book's masked_softmax does both)"
 
 
 def luong_align() -> dict:
@@ -84,6 +86,7 @@ def luong_align() -> dict:
             NO_MASK: e.softmax(-1),
             AFTER: _softmax_then_mask(e, mask),
             SCORES: e,
+            EMPTY: e.masked_fill(~mask, -1e9).softmax(-1),
             "the scores are divided by sqrt(d): Luong's scores are not scaled (that is the "
             "Transformer's scaled dot product)": key._masked_softmax(
                 e / math.sqrt(h_t.shape[-1]), mask
@@ -183,6 +186,8 @@ def coverage_loss() -> dict:
         ].sum(),
         "each sequence is averaged first, then the sequences: average over all real steps "
         "at once": ((per * tgt_mask).sum(1) / tgt_mask.sum(1)).mean(),
+        "the sum is divided by the batch size B: divide by the number of real steps (the mean "
+        "over all of them)": per[tgt_mask].sum() / B,
         "the coverage sums over the source positions: it sums earlier STEPS, over dim=1 "
         "(T_out)": torch.minimum(weights, cov_src).sum(-1)[tgt_mask].mean(),
         "the product a * cov is used: the loss is sum_i min(a_{t,i}, cov_{t,i})": (weights * cov)
