@@ -14,3 +14,5 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 import torch  # noqa: E402
 
 torch.set_num_threads(int(os.environ.get("COURSE_TEST_THREADS", "1")))
+
+from xdist_groups import pytest_collection_modifyitems  # noqa: E402, F401 (a hook)

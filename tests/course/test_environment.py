@@ -95,3 +95,33 @@ def test_no_cuda_wheels_installed():
         if d.metadata["Name"].lower().startswith("nvidia-")
     )
     assert not nvidia, f"CUDA packages installed: {nvidia}; torch must stay on the CPU pin"
+
+
+def test_an_xdist_group_runs_on_one_worker(tmp_path):
+    """``make test``'s ``--dist loadgroup`` keeps each ``xdist_group`` on one worker (the browser
+    tests share one survey of the book; tests/xdist_groups.py makes xdist 3.8 work with
+    pytest 9)."""
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copy(REPO / "tests" / "xdist_groups.py", tmp_path / "conftest.py")
+    (tmp_path / "test_grouped.py").write_text(
+        "import os, pathlib, pytest\n"
+        "@pytest.mark.xdist_group('one')\n"
+        "@pytest.mark.parametrize('i', range(8))\n"
+        "def test_grouped(i):\n"
+        "    pathlib.Path(f'worker-{i}').write_text(os.environ['PYTEST_XDIST_WORKER'])\n"
+        "@pytest.mark.parametrize('i', range(8))\n"
+        "def test_free(i):\n"
+        "    pass\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup",
+         "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**__import__("os").environ, "COURSE_TEST_THREADS": "1"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    workers = {(tmp_path / f"worker-{i}").read_text() for i in range(8)}
+    assert len(workers) == 1, f"the group ran on {sorted(workers)}: xdist_group is not honoured"
