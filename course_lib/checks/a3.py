@@ -233,7 +233,8 @@ def check_beam_search(fn: Callable[..., tuple[Tensor, Tensor]]) -> None:
         check_shape(tokens, tuple(want.shape), name=f"the token tensor for {what}",
                     dims=("B", "K", "T"))  # fmt: skip
         raise CheckFailed(
-            f"the hypotheses for {what} differ from the reference's:\n{tokens.tolist()}\n"
+            f"beam_search on {what}: the hypotheses differ from the reference's:\n"
+            f"{tokens.tolist()}\n"
             f"expected\n{want.tolist()}\n(score the log-softmax of the LAST position; [EOS] "
             "ends a hypothesis; the K best of all K x V extensions stay live; best first)"
         )

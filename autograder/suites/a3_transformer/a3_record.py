@@ -287,6 +287,9 @@ BEAM_MISTAKES = {
     "at -inf, or the beam fills with copies of one hypothesis",
     "unsorted": "the hypotheses are not sorted: return each sentence's K best, best first",
     "bos": "the hypotheses start with [BOS]: return only the generated tokens",
+    "tiled": "the decoder's rows read the wrong sentence's memory: row b * K + k is hypothesis "
+    "k of sentence b, so repeat each sentence's memory and mask K times in place, "
+    "repeat_interleave(K, dim=0) (repeat(K, 1, 1) gives row i sentence i % B)",
 }
 
 
@@ -295,8 +298,11 @@ def beam_variant(model, src, K, max_new, mistake=""):
     """The key's beam search with one usual mistake (``BEAM_MISTAKES``): (tokens, scores)."""
     B = src.shape[0]
     src_mask = src != PAD
-    memory = model.encode(src, src_mask).repeat_interleave(K, dim=0)
-    src_mask = src_mask.repeat_interleave(K, dim=0)
+    memory = model.encode(src, src_mask)
+    if mistake == "tiled":
+        memory, src_mask = memory.repeat(K, 1, 1), src_mask.repeat(K, 1)
+    else:
+        memory, src_mask = memory.repeat_interleave(K, dim=0), src_mask.repeat_interleave(K, dim=0)
     tokens = torch.full((B * K, 1), BOS, dtype=torch.long)
     scores = torch.full((B, K), float("-inf"), dtype=torch.float64)
     scores[:, 0 if mistake != "all_live" else slice(None)] = 0.0
