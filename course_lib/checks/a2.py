@@ -16,7 +16,8 @@ heads, D head dim.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,53 @@ def check_combine_masks(fn: Callable[..., Tensor]) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+_FUSED_FUNCTIONS = {
+    "scaled_dot_product_attention": "torch.nn.functional.scaled_dot_product_attention",
+    "multi_head_attention_forward": "torch.nn.functional.multi_head_attention_forward",
+    "_native_multi_head_attention": "nn.MultiheadAttention's fused kernel",
+}
+
+
+@contextmanager
+def _fused_calls() -> Iterator[list[str]]:
+    """Record the calls the assignment does not allow in GroupedQueryAttention: PyTorch's fused
+    attention (however it was imported), ``nn.MultiheadAttention`` and the book's
+    ``MultiHeadAttention`` (the book's ``scaled_dot_product_attention`` is allowed)."""
+    from torch.overrides import TorchFunctionMode
+
+    from course_lib.attention import MultiHeadAttention
+
+    used: list[str] = []
+
+    class Spy(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            name = _FUSED_FUNCTIONS.get(getattr(func, "__name__", ""))
+            if name is not None and name not in used:
+                used.append(name)
+            return func(*args, **(kwargs or {}))
+
+    classes = {nn.MultiheadAttention: "nn.MultiheadAttention",
+               MultiHeadAttention: "the book's MultiHeadAttention"}  # fmt: skip
+    originals = {cls: cls.forward for cls in classes}
+
+    def spying(cls: type[nn.Module]) -> Callable[..., Any]:
+        def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            if classes[cls] not in used:
+                used.append(classes[cls])
+            return originals[cls](self, *args, **kwargs)
+
+        return forward
+
+    try:
+        for cls in classes:
+            cls.forward = spying(cls)  # type: ignore[method-assign]
+        with Spy():
+            yield used
+    finally:
+        for cls, forward in originals.items():
+            cls.forward = forward  # type: ignore[method-assign]
+
+
 def check_grouped_query_attention(module_cls: type[nn.Module]) -> None:
     """``GroupedQueryAttention(embed_dim=C, num_heads=H, num_kv_heads=G)(x, mask)`` ->
     (y (B, T, C), weights (B, H, T, T)), at G < H, G = H (multi-head) and G = 1 (multi-query)."""
@@ -160,7 +208,15 @@ def check_grouped_query_attention(module_cls: type[nn.Module]) -> None:
         mine.eval()
         mask = case["mask"]
         kind = "no mask" if mask is None else f"a mask of shape {tuple(mask.shape)}"
-        out = _call(mine, case["x"], mask, what=f"{what}.forward(x, mask)")
+        with _fused_calls() as used:
+            out = _call(mine, case["x"], mask, what=f"{what}.forward(x, mask)")
+        if used:
+            raise CheckFailed(
+                f"{what}.forward uses {used[0]}, which is not allowed here (the hidden tests "
+                "detect it and give this step no points): write the heads' plumbing yourself, "
+                "with the book's scaled_dot_product_attention(q, k, v, mask, return_weights=True) "
+                "or masked_softmax"
+            )
         if not isinstance(out, tuple) or len(out) != 2:
             raise CheckFailed(f"{what}.forward should return (y, weights)")
         y, w = out

@@ -291,7 +291,8 @@ def rotary() -> dict:
 
 def t5_variant(module: key.T5RelativeBias, scores: Tensor, offset: int, mistake: str) -> Tensor:
     T_q, T_k = scores.shape[-2:]
-    i = torch.arange(T_q)[:, None] + (0 if mistake == "no_offset" else offset)
+    shift = {"no_offset": 0, "offset_subtracted": -offset}.get(mistake, offset)
+    i = torch.arange(T_q)[:, None] + shift
     j = torch.arange(T_k)[None, :]
     rel = (i - j) if mistake == "flipped" else (j - i)
     nb, md = module.num_buckets, module.max_distance
@@ -302,7 +303,7 @@ def t5_variant(module: key.T5RelativeBias, scores: Tensor, offset: int, mistake:
         bucket = bucket + (rel > 0).long() * nb
         distance = rel.abs()
     else:
-        distance = (-rel).clamp(min=0)
+        distance = rel.abs() if mistake == "decoder_abs" else (-rel).clamp(min=0)
     exact = nb // 2
     far = exact + (torch.log(distance.float() / exact) / math.log(md / exact) * (nb - exact)).long()
     far = far.clamp(max=nb - 1)
@@ -322,6 +323,10 @@ T5_MISTAKES = {
     "always_bidirectional": "bidirectional=False is ignored: a causal (decoder) bias gives every "
     "key to the right bucket 0 and all num_buckets to the keys on the left",
     "no_offset": "the offset is ignored: query i sits at position i + offset",
+    "offset_subtracted": "the offset is subtracted: query i sits at position i + offset (after "
+    "a cache of offset tokens), key j at j",
+    "decoder_abs": "the decoder's distance is |j - i|: unidirectional, every key to the right "
+    "shares bucket 0, d = max(i - j, 0)",
     "reshape": "the (T_q, T_k, H) lookup is reshaped to (H, T_q, T_k), which mixes heads and "
     "positions: move the head axis in front with permute(2, 0, 1)",
     "bias_only": "it returns the bias alone: return scores + bias",
