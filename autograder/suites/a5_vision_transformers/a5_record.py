@@ -119,6 +119,9 @@ def sincos_variant(gh: int, gw: int, dim: int, mistake: str, temperature: float 
         return torch.cat([r.sin(), r.cos(), c.sin(), c.cos()], dim=1)
     if mistake == "interleaved":
         return torch.stack([c.sin(), c.cos(), r.sin(), r.cos()], dim=-1).flatten(1)
+    if mistake == "per_axis_interleaved":  # the book's 1-D table for each axis, side by side
+        return torch.cat([torch.stack([c.sin(), c.cos()], dim=-1).flatten(1),
+                          torch.stack([r.sin(), r.cos()], dim=-1).flatten(1)], dim=1)  # fmt: skip
     if mistake == "sin_cos_per_axis_swapped":
         return torch.cat([c.sin(), r.sin(), c.cos(), r.cos()], dim=1)
     return torch.cat([c.sin(), c.cos(), r.sin(), r.cos()], dim=1)
@@ -131,6 +134,9 @@ SINCOS_MISTAKES = {
     "by row, indexing='ij'",
     "interleaved": "sines and cosines are interleaved channel by channel: concatenate four blocks "
     "of F channels each",
+    "per_axis_interleaved": "each axis's sines and cosines alternate, as in the 1-D "
+    "sinusoidal_positional_encoding (sin, cos, sin, cos, ...): here each axis has a block of F "
+    "sines, then a block of F cosines",
     "sin_cos_per_axis_swapped": "the blocks are ordered sin(c), sin(r), cos(c), cos(r): the order "
     "is sin(c omega), cos(c omega), sin(r omega), cos(r omega)",
     "big_vision": "the frequencies use the exponent f / (F - 1): omega_f = temperature ** (-f / F)",
@@ -288,6 +294,9 @@ def mask_variant(H: int, W: int, ws: int, s: int, mistake: str) -> Tensor:
     if mistake == "unpadded_regions":  # regions of H x W, the padding labelled region 0
         label = regions(H)[:, None] * 3 + regions(W)[None, :]
         label = F.pad(label, (0, Wp - W, 0, Hp - H))
+    elif mistake == "rolled_regions":  # the labels rolled with the map: read at (i + s) mod Lp
+        label = regions(Hp)[:, None] * 3 + regions(Wp)[None, :]
+        label = torch.roll(label, (-s, -s), dims=(0, 1))
     else:
         label = regions(Hp)[:, None] * 3 + regions(Wp)[None, :]
     is_real = real(H, Hp)[:, None] & real(W, Wp)[None, :]
@@ -316,6 +325,9 @@ MASK_MISTAKES = {
     "(i + shift) mod Lp of the padded map",
     "rolled_back": "the padding is rolled the wrong way: rolled position i came from "
     "(i + shift) mod Lp, not (i - shift) mod Lp",
+    "rolled_regions": "the region labels are rolled with the map (read at the source position "
+    "(i + shift) mod Lp): as in the book, the regions are fixed slices of the rolled map, "
+    "position i of the rolled map lies in the region of i itself",
 }
 
 
@@ -395,6 +407,8 @@ def xca_variant(layer: key.XCAttention, x: Tensor, mistake: str) -> tuple[Tensor
         scores = scores / math.sqrt(d)
     elif mistake == "both":
         scores = scores * layer.temperature / math.sqrt(d)
+    elif mistake == "no_temperature":
+        pass
     else:
         scores = scores * layer.temperature
     weights = torch.softmax(scores, dim=-2 if mistake == "softmax_axis" else -1)
@@ -412,6 +426,8 @@ XCA_MISTAKES = {
     "instead",
     "both": "the scores are scaled by both the temperature and 1 / sqrt(d): multiply by the "
     "temperature only",
+    "no_temperature": "the scores are not multiplied by the learned temperature: "
+    "A = softmax(temperature * q_hat^T k_hat), one temperature per head",
     "softmax_axis": "the softmax runs over the wrong axis: each row A[i, :] (the last axis) sums "
     "to 1",
     "transposed": "A is applied transposed: y[n, i] = sum_j A[i, j] v[n, j], that is weights @ v "
