@@ -223,6 +223,13 @@ def check_whole_word_mask(fn: Callable[..., Any]) -> None:
             "number from generator"
         )
     is_special = torch.isin(ids, torch.tensor(list(special) + [mask_id]))
+    stray = (labels != -100) & (labels != ids) & (labels != inputs)
+    if stray.any():
+        raise CheckFailed(
+            f"the labels hold {sorted(set(labels[stray].tolist()))[:5]} at tokens that are not "
+            "chosen: labels are -100 everywhere a token is not chosen (and the original id where "
+            "it is)"
+        )
     chosen = labels != -100
     if (chosen & is_special).any() or (inputs[is_special] != ids[is_special]).any():
         hit = sorted(set(ids[(chosen | (inputs != ids)) & is_special].tolist()))
@@ -410,6 +417,13 @@ def check_min_p_filter(fn: Callable[..., Tensor]) -> None:
     got = _call(fn, mine, d["min_p"], what=f"min_p_filter(logits, {d['min_p']})")
     _unchanged(logits, mine, "min_p_filter", "logits")
     _same_filter(got, d, f"min_p_filter(logits {tuple(logits.shape)}, min_p={d['min_p']})")
+    top = _call(fn, logits.clone(), 1.0, what="min_p_filter(logits, 1.0)")
+    best = logits.masked_fill(logits < logits.amax(dim=-1, keepdim=True), float("-inf"))
+    if not isinstance(top, Tensor) or not torch.equal(torch.isfinite(top), torch.isfinite(best)):
+        raise CheckFailed(
+            "min_p_filter(logits, min_p=1.0) must keep the most probable token of each row: "
+            "keep the tokens whose probability is at least min_p * max p (>=, not >)"
+        )
     passed("min_p_filter keeps the tokens at least min_p times as probable as the best")
 
 

@@ -81,11 +81,14 @@ BPE_MISTAKES = {
     "(merge_pair does)",
     "id_offset": "merge k creates id 255 + k: it creates id 256 + k",
     "latin1": "the ids are characters, not UTF-8 bytes: start from piece.encode('utf-8')",
+    "no_pretokenize": "a merge joined the end of one pre-token to the start of the next ('e' "
+    "and ' ' in 'the little'): pretokenize the text first and merge inside each pre-token",
 }
 
 
 def bpe() -> dict:
-    merges = corpus_merges()
+    # the learned merges, and one whose pair occurs only across two pre-tokens ('e', ' ')
+    merges = [*corpus_merges(), (ord("e"), ord(" "))]
     want = key.bpe_encode(BPE_TEXT, merges)
     mistakes = {}
     for name, message in BPE_MISTAKES.items():
