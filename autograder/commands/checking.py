@@ -11,12 +11,20 @@ from autograder.course.layout import Course, SetupError
 
 
 @command(
-    "check", "reference scores 100%%, blank 0, rerun identical", arg("assignment"), limits=True
+    "check",
+    "reference scores 100%%, blank 0, rerun identical",
+    arg("assignment"),
+    arg(
+        "--samples",
+        action="store_true",
+        help="also grade the samples against expected.json (what selfgrade does), in one batch",
+    ),
+    limits=True,
 )
 def check(args: argparse.Namespace, course: Course) -> int:
     from autograder.tools.selfcheck import check
 
-    return check(course, args.assignment, trusted_options(args))
+    return check(course, args.assignment, trusted_options(args), with_samples=args.samples)
 
 
 @command(

@@ -2,7 +2,9 @@
 
 ``check <assignment>``: the suite is consistent with the release (every test names a grade cell of
 the notebook, the points per cell add up), the reference solution scores 100 %, the blank
-release scores 0, and grading the reference again gives identical per-test results.
+release scores 0, and grading the reference again gives identical per-test results. With
+``--samples`` it also grades the samples against ``expected.json`` in the same batch (what
+``selfgrade`` does for them, without grading the reference and the blank a second time).
 
 ``selfgrade <assignments...>``: grades the reference, the blank release and every sample in
 ``autograder/samples/<assignment>/`` and compares with ``expected.json``, which maps a sample's
@@ -120,19 +122,20 @@ def _details(row: dict) -> list[str]:
     return out[:12]
 
 
-def check(course: Course, assignment: str, options: Options) -> int:
+def check(course: Course, assignment: str, options: Options, *, with_samples: bool = False) -> int:
     with Grader(course, assignment, options) as grader:
         problems = consistency(grader)
         release = list(grader.release)
         ref = reference_submission(course, assignment, release)
         if not any(ref.notebooks.values()):
             problems.append(f"no reference solution in {course.source_dir(assignment)}")
-        rows = grader.grade([ref, blank_submission(course, assignment, release), ref])
+        extra, expected = samples(course, assignment, release) if with_samples else ([], {})
+        rows = grader.grade([ref, blank_submission(course, assignment, release), ref, *extra])
         print(
             f"sandbox: {grader.sandbox_report.get('network')}; "
             f"{grader.sandbox_report.get('filesystem')}; uid {grader.sandbox_report.get('uid')}"
         )
-    first, blank, again = rows
+    first, blank, again = rows[:3]
     table = []
     for name, row, want in (("reference", first, row_max(first)), ("blank", blank, 0.0)):
         ok = abs(row["score"] - want) <= TOLERANCE
@@ -141,6 +144,8 @@ def check(course: Course, assignment: str, options: Options) -> int:
         k: (v["points"], v["status"]) for k, v in again["tests"].items()
     }
     table.append(_table_row(assignment, "reference (rerun)", again, first["score"], same))
+    if with_samples:
+        table += compare(assignment, extra, rows[3:], expected)
     print_table(table)
     for p in problems:
         print(f"error: {p}", file=sys.stderr)
@@ -203,18 +208,28 @@ def _selfgrade(
                  "reason": reason, "details": reason.splitlines()[:12]}
             )  # fmt: skip
             continue
-        for sub, row in zip(subs + extra, rows):
-            default = {"reference": 100, "blank": 0}.get(sub.student)
-            want = expected_points(expected.get(sub.student, default), row["max_score"])
-            ok = want is not None and abs(row["score"] - want) <= 1e-3
-            table.append(_table_row(assignment, sub.student, row, want, ok))
-            if want is None:
-                table[-1]["details"] = [f"no expected score for {sub.student!r} in expected.json"]
-        unknown = sorted(set(expected) - {s.student for s in subs + extra})
-        for name in unknown:
-            table.append(
-                {"assignment": assignment, "submission": name, "score": 0.0, "max_score": 0.0,
-                 "percent": 0.0, "expected": "-", "ok": False,
-                 "reason": "listed in expected.json but no such sample",
-                 "details": ["listed in expected.json but no such sample"]}
-            )  # fmt: skip
+        table += compare(assignment, subs + extra, rows, expected)
+
+
+def compare(
+    assignment: str, subs: list[Submission], rows: list[dict], expected: dict
+) -> list[dict]:
+    """One table row per graded submission against ``expected.json`` (reference 100, blank 0
+    by default), and one per name in ``expected.json`` that has no sample."""
+    table = []
+    for sub, row in zip(subs, rows):
+        default = {"reference": 100, "blank": 0}.get(sub.student)
+        want = expected_points(expected.get(sub.student, default), row["max_score"])
+        ok = want is not None and abs(row["score"] - want) <= 1e-3
+        table.append(_table_row(assignment, sub.student, row, want, ok))
+        if want is None:
+            table[-1]["details"] = [f"no expected score for {sub.student!r} in expected.json"]
+    unknown = sorted(set(expected) - {s.student for s in subs} - {"reference", "blank"})
+    for name in unknown:
+        table.append(
+            {"assignment": assignment, "submission": name, "score": 0.0, "max_score": 0.0,
+             "percent": 0.0, "expected": "-", "ok": False,
+             "reason": "listed in expected.json but no such sample",
+             "details": ["listed in expected.json but no such sample"]}
+        )  # fmt: skip
+    return table

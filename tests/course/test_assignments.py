@@ -396,6 +396,11 @@ def test_new_assignment_scaffold_passes_check_at_once(tmp_path):
         [sys.executable, "-m", "autograder", "--course-dir", str(tmp_path), "new-assignment", name]
     )
     assert again.returncode != 0 and "exists already" in again.stderr, "overwrote an assignment"
+    # its answer key beside the hidden suite, which the schedule requires
+    from autograder.course.embargo import plan
+
+    key = tmp_path / "autograder" / "suites" / name / "a9_key.py"
+    assert plan(tmp_path).keys[name] == key.resolve()
     for args in (["check"], ["format", "--check"]):
         lint = run([str(Path(sys.executable).parent / "ruff"), *args, "."], cwd=tmp_path)
         assert lint.returncode == 0, lint.stdout + lint.stderr
@@ -534,19 +539,37 @@ def test_grading_under_several_names_gives_each_name_its_own_row(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ASSIGNMENTS)
-def test_autograder_check(name):
-    """Reference 100 %, blank release 0, a second run identical, and the hidden tests of each
-    grade cell add up to its points."""
+def test_autograder_check_and_the_samples(name):
+    """``check <name> --samples``: reference 100 %, blank release 0, a second run identical, the
+    hidden tests of each grade cell add up to its points, and every sample gets its score in
+    expected.json (``selfgrade`` without grading the reference and the blank twice); the
+    samples span the range: the partial one is neither all nor nothing."""
     jobs = ["--jobs", str(JOBS.get(name, 2)), "--quiet"]
-    out = run([*GRADER, "check", name, *jobs])
+    out = run([*GRADER, "check", name, "--samples", *jobs])
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     assert f"check {name}: passed" in out.stdout
+    rows = {
+        line.split()[1]: line.split()
+        for line in out.stdout.splitlines()
+        if line.startswith(name + " ") and line.split()[-1] == "ok"
+    }
+    for sub in ("reference", "blank", "partial", "broken", "cheat"):
+        assert sub in rows, f"{name}/{sub} was not graded as expected:\n{out.stdout}"
+    score, top = (float(x) for x in rows["partial"][2].split("/"))
+    assert 0 < score < top, out.stdout
+    assert float(rows["broken"][2].split("/")[0]) < top, out.stdout
 
 
 @pytest.mark.slow
-def test_samples_get_their_expected_scores(tmp_path):
+def test_selfgrade_writes_a_row_per_submission(tmp_path):
+    """``selfgrade`` (what ``make`` runs; the scores themselves are checked above, per
+    assignment) writes one row per submission with its expected score, for the cheapest
+    assignment, and exits 1 with a MISMATCH row when a score differs from expected.json."""
+    import shutil
+
+    name = "a1_rnn_attention"
     rows_path = tmp_path / "rows.json"
-    out = run([*GRADER, "selfgrade", *ASSIGNMENTS, "--out", str(rows_path), *SELFGRADE_LIMITS])
+    out = run([*GRADER, "selfgrade", name, "--out", str(rows_path), *SELFGRADE_LIMITS])
     rows = json.loads(rows_path.read_text())
     table = "\n".join(
         f"{r['assignment']} {r['submission']}: {r['score']} / {r['max_score']} "
@@ -554,11 +577,20 @@ def test_samples_get_their_expected_scores(tmp_path):
         for r in rows
     )
     assert out.returncode == 0, table + out.stderr[-2000:]
-    by_key = {(r["assignment"], r["submission"]): r for r in rows}
-    for name in ASSIGNMENTS:  # reference, blank and the three samples of every assignment
-        for sub in ("reference", "blank", "partial", "broken", "cheat"):
-            assert (name, sub) in by_key, f"{name}/{sub} was not graded:\n{table}"
-        # the samples span the range: the partial one is neither all nor nothing
-        top = by_key[(name, "reference")]["max_score"]
-        assert 0 < by_key[(name, "partial")]["score"] < top, table
-        assert by_key[(name, "broken")]["score"] < top, table
+    assert [r["submission"] for r in rows] == [
+        "reference", "blank", "broken", "cheat", "partial"
+    ], table  # fmt: skip
+    assert all(r["ok"] and r["expected"] == r["score"] for r in rows), table
+    # a course whose expected.json is wrong for one sample: that row says MISMATCH, exit 1
+    course = tmp_path / "course"
+    for part in ("solutions", "assignments", "autograder/suites", "autograder/samples"):
+        shutil.copytree(ROOT / part / name, course / part / name)
+    shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    expected = json.loads((course / "autograder/samples" / name / "expected.json").read_text())
+    expected["partial"] = {"points": expected["partial"]["points"] + 1}
+    (course / "autograder/samples" / name / "expected.json").write_text(json.dumps(expected))
+    elsewhere = [*GRADER[:-1], str(course)]  # the same command line, --course-dir the copy
+    out = run([*elsewhere, "selfgrade", name, "--out", str(tmp_path / "bad.json"),
+               *SELFGRADE_LIMITS])  # fmt: skip
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "MISMATCH" in out.stdout and "partial" in out.stdout, out.stdout[-3000:]
