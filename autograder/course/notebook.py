@@ -569,7 +569,7 @@ def extract(chunk: CodeChunk) -> tuple[Extracted | None, list[str]]:
                 text = lines[stmt.lineno - 1].strip() if stmt.lineno <= len(lines) else ""
                 dropped.append(f"line {stmt.lineno}: {text[:70]}")
             unbound |= _binds(stmt)  # `x = images[idx]` after a dropped `images = load()`
-    if dropped:
+    if dropped and chunk.origin == "student":  # the release's own cells: nothing to tell
         shown = "; ".join(dropped[:3]) + (
             f"; and {len(dropped) - 3} more" if len(dropped) > 3 else ""
         )

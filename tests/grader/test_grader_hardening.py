@@ -189,3 +189,20 @@ def test_an_interpreter_reached_through_a_link_starts_the_sandbox(tmp_path):
     out = subprocess.run([str(link / "bin" / "python"), "-c", _LINKED], cwd=repo,
                          capture_output=True, text=True, timeout=300)  # fmt: skip
     assert "RESULT 2" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
+
+
+def test_statements_dropped_from_the_releases_own_cells_are_not_a_note_to_the_student():
+    """A provided (read-only) set-up cell such as ``torch.set_num_threads(1)`` is the
+    instructor's: the grader runs its definitions and says nothing about what it leaves out (a
+    note on every student's feedback read as a problem with their notebook); a student's cell
+    with the same statement gets the note."""
+    from autograder.course.notebook import CodeChunk, extract
+
+    source = "import torch\n\ntorch.set_num_threads(1)\nSIZE = 4\n"
+    provided, notes = extract(CodeChunk("cell 2 (setup)", source, "release"))
+    assert notes == [] and provided.dropped == ["line 3: torch.set_num_threads(1)"]
+    _, notes = extract(CodeChunk("cell 5 (answer)", source, "student"))
+    assert notes == [
+        "cell 5 (answer): top-level statements not run by the grader: "
+        "line 3: torch.set_num_threads(1)"
+    ]
