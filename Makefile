@@ -14,9 +14,6 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 ASSIGNMENTS := $(notdir $(wildcard solutions/a*_*))
 
 .PHONY: all course install book release selfgrade summary test lint pytest book-smoke clean student-bundle new-assignment test-lib test-grader test-book test-course mutants
-# The book's edition: student (graded objects whose solutions are not released show only their
-# signature and docstring; see course.yml) or instructor (everything).
-EDITION ?= student
 
 all: course
 
@@ -34,11 +31,10 @@ $(STAMP): pyproject.toml
 		echo "error: nvidia-* packages were installed; torch must stay pinned to the CPU build" >&2; exit 1; fi
 	@touch $(STAMP)
 
-## book: build the Jupyter Book to book/_build/html (warnings are errors); EDITION=instructor
-## shows the graded objects' code too.
+## book: build the Jupyter Book to book/_build/html (warnings are errors).
 book: install
 	$(PY) book/scripts/execute_pages.py
-	COURSE_EDITION=$(EDITION) $(VENV)/bin/jupyter-book build book --warningiserror --nitpick --keep-going
+	$(VENV)/bin/jupyter-book build book --warningiserror --nitpick --keep-going
 
 ## new-assignment: scaffold a complete assignment (text source, hidden suite, visible checks,
 ## samples) that passes `python -m autograder check` at once: make new-assignment NAME=a6_topic
@@ -86,12 +82,12 @@ mutants: install
 ## book/scripts/execute_pages.py: the pages execute in parallel (one kernel per core) into that cache.
 book-smoke: install
 	$(PY) book/scripts/execute_pages.py
-	COURSE_EDITION=$(EDITION) $(VENV)/bin/jupyter-book build book --warningiserror --nitpick --keep-going --path-output build_artifacts/book-smoke
+	$(VENV)/bin/jupyter-book build book --warningiserror --nitpick --keep-going --path-output build_artifacts/book-smoke
 
 ## student-bundle: dist/student/ and dist/student.zip for students: the released notebooks, the
-## student wheel of course_lib, the student edition of the book (NO_BOOK=1 leaves it out), a README.
+## public wheel of course_lib, the book (NO_BOOK=1 leaves it out), a README; the build scans it for
+## any statement of an answer key (autograder/suites/<name>/<aN>_key.py).
 student-bundle: install $(if $(NO_BOOK),,book)
-	@test "$(EDITION)" = student || { echo "error: the bundle takes the student edition" >&2; exit 1; }
 	$(PY) -m autograder embargo bundle --out dist/student $(if $(NO_BOOK),,--book book/_build/html)
 
 clean:

@@ -1,4 +1,5 @@
-"""Release policy: ``embargo list|wheel|bundle|scan`` (what ``course.yml`` keeps from students)."""
+"""Release policy: ``embargo list|wheel|bundle|scan`` (what ``course.yml`` hands to students, and
+a scan that no answer key reaches them)."""
 
 from __future__ import annotations
 
@@ -10,20 +11,20 @@ from autograder.cli import arg, command
 from autograder.course.layout import Course, SetupError
 
 SUBCOMMANDS = {
-    "list": ("the schedule and the embargoed objects", ()),
+    "list": ("the schedule and each assignment's answer key", ()),
     "wheel": (
-        "build the student wheel",
+        "build the public wheel of course_lib",
         (arg("--out", type=Path, default=Path("dist/student")),),
     ),
     "bundle": (
         "build dist/student/ and dist/student.zip",
         (
             arg("--out", type=Path, default=Path("dist/student")),
-            arg("--book", type=Path, default=None, help="a built student edition (html)"),
+            arg("--book", type=Path, default=None, help="a built book (html)"),
         ),
     ),
     "scan": (
-        "embargoed statements in files (exit 1 if any)",
+        "statements of an answer key in files (exit 1 if any)",
         (arg("paths", type=Path, nargs="+"),),
     ),
 }
@@ -31,7 +32,8 @@ SUBCOMMANDS = {
 
 @command(
     "embargo",
-    "the release policy: list the embargo, build the student wheel or bundle, scan for leaks",
+    "the release policy: list the schedule, build the public wheel or the student bundle, scan "
+    "for answer keys",
     arg("--schedule", type=Path, default=None, help="default: <course>/course.yml"),
     subcommands=SUBCOMMANDS,
 )
@@ -45,12 +47,10 @@ def embargo(args: argparse.Namespace, course: Course) -> int:
     if args.subcommand == "list":
         for a in p.assignments:
             print(f"{a.label} {a.name}: {a.state}")
-        for item in sorted(p.embargoed.values(), key=lambda i: (i.assignment, i.dotted)):
-            print(f"  embargoed {item.dotted}  ({item.where})")
-        for note in p.notes:
-            print(f"  note: {note}")
+            scanned = "not scanned for" if a.state == "solutions-released" else "scanned for"
+            print(f"  key {p.keys[a.name].relative_to(p.root)} ({scanned})")
     elif args.subcommand == "wheel":
-        print(build_wheel(p, args.out))
+        print(build_wheel(p.root, args.out))
     elif args.subcommand == "bundle":
         archive = build_bundle(p, args.out, args.book)
         hits = scan(p, [args.out])
@@ -60,6 +60,6 @@ def embargo(args: argparse.Namespace, course: Course) -> int:
         return 1 if hits else 0
     elif args.subcommand == "scan":
         hits = scan(p, args.paths)
-        print("\n".join(hits) or "no embargoed statement found")
+        print("\n".join(hits) or "no statement of an answer key found")
         return 1 if hits else 0
     return 0

@@ -141,7 +141,6 @@ class Runners:
                     str(self.course.root),
                 ],  # fmt: skip
                 "limits": {"cpu": o.cpu, "address_space": int(max(4.0, o.memory_gib) * 1024**3)},
-                "stubs": reference_stubs(self.course.root),
             },
         }
         try:
@@ -161,21 +160,6 @@ class Runners:
             self.pool = None
         if self.run_dir is not None and not os.environ.get("AUTOGRADER_KEEP_RUN"):
             shutil.rmtree(self.run_dir, ignore_errors=True)
-
-
-def reference_stubs(root: Path) -> dict[str, str]:
-    """Embargoed references (``course.yml``) -> the message their stub raises: the worker holds
-    stubs, so no student code can call, print or disassemble an answer key it does not need
-    (what released notebooks use as given code is never embargoed)."""
-    from autograder.course import embargo
-
-    if not (Path(root) / embargo.SCHEDULE_FILE).is_file():
-        return {}
-    try:
-        p = embargo.plan(root)
-    except Exception:  # a broken schedule is `check`'s to report; grading goes on without stubs
-        return {}
-    return {dotted: embargo.message(item.where) for dotted, item in p.embargoed.items()}
 
 
 def _is_ancestor(hidden: Path, path: Path) -> bool:

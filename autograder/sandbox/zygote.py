@@ -170,8 +170,8 @@ def _zygote_setup(config: dict) -> dict:
 
 def _seal_library() -> list[str]:
     """Import every module of the course library, then return its folders, which the worker
-    cannot read: student code uses the library as loaded, but cannot read the references'
-    source (embargoed answer keys in the student edition) and print it into its feedback."""
+    cannot read: student code uses the library as loaded, but cannot read its source and print
+    it into its feedback."""
     import importlib
     import pkgutil
 
@@ -188,45 +188,6 @@ def _seal_library() -> list[str]:
         except Exception:  # an optional dependency missing: that module stays unavailable
             pass
     return folders
-
-
-def _stub_references(stubs: dict[str, str]) -> None:
-    """Each embargoed reference's code replaced, in place, by one that raises ``message``: the
-    worker never holds the answer key, so there is nothing to delegate to or to dump. Functions
-    with a closure are replaced on their owner instead (their code cannot be swapped)."""
-    import builtins
-    import types
-
-    for dotted, text in stubs.items():
-        parts = dotted.split(".")
-        cut = next((c for c in range(len(parts) - 1, 0, -1)
-                    if ".".join(parts[:c]) in sys.modules), 0)  # fmt: skip
-        if not cut:
-            continue
-        owner: Any = sys.modules[".".join(parts[:cut])]
-        for attr in parts[cut:-1]:
-            owner = vars(owner).get(attr) if hasattr(owner, "__dict__") else None
-        raw = (
-            vars(owner).get(parts[-1]) if owner is not None and hasattr(owner, "__dict__") else None
-        )
-        func = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
-        while isinstance(getattr(func, "__wrapped__", None), types.FunctionType):
-            func = func.__wrapped__
-        if not isinstance(func, types.FunctionType):
-            continue
-        code = func.__code__
-        source = f"def {code.co_name}(*args, **kwargs):\n    raise NotImplementedError({text!r})\n"
-        namespace: dict = {}
-        exec(compile(source, code.co_filename, "exec"), {"__builtins__": builtins}, namespace)
-        stub = namespace[code.co_name]
-        stub.__code__ = stub.__code__.replace(
-            co_qualname=code.co_qualname, co_firstlineno=code.co_firstlineno
-        )
-        if code.co_freevars:
-            stub.__qualname__, stub.__module__ = func.__qualname__, func.__module__
-            setattr(owner, parts[-1], stub)
-        else:
-            func.__code__ = stub.__code__
 
 
 def _enter_root(config: dict, report: dict) -> None:
@@ -336,7 +297,6 @@ def _zygote_main(sock: socket.socket, config: dict) -> None:
             pass
     if config.get("seal_library", True):
         config["hide"] = [*config.get("hide", []), *_seal_library()]
-    _stub_references(config.get("stubs") or {})
     audit.refuse_file_mapping()  # no file mapping: the file system is not private in fallback
     import torch
 

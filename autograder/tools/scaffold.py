@@ -9,6 +9,9 @@ Writes, and refuses to overwrite any of them:
   ``softmax``), its check cell (2 points) and one written question (1 point);
 - ``autograder/suites/<name>/test_<name>.py``: the hidden suite, with a canary string and two
   1-point tests on the check cell;
+- ``autograder/suites/<name>/<aN>_key.py``: the answer key beside it, which the hidden tests
+  compare with (graded answers live here, never in ``course_lib``, which students get whole;
+  ``python -m autograder embargo scan`` looks for its statements in what students get);
 - ``autograder/suites/<name>/mutants.yml``: three usual mistakes and one correct rewrite for
   ``python -m autograder mutants <name>`` (each mistake loses points and its check names it);
 - ``course_lib/checks/<aN>.py``: the visible check the check cell calls;
@@ -123,6 +126,7 @@ SUITE = '''"""Hidden tests of {title}, 2 points.
 
 from __future__ import annotations
 
+import {module}_key as key
 import pytest
 import torch
 
@@ -133,9 +137,9 @@ CANARY = "{canary}"
 
 
 @pytest.mark.points(1, cell="check_softmax")
-def test_softmax_matches_torch(student, rng):
+def test_softmax_matches_the_key(student, rng):
     x = torch.randn(3, 7, generator=rng) * 3
-    check_close(student.softmax(x), torch.softmax(x, dim=-1), name="softmax(x)")
+    check_close(student.softmax(x), key.softmax(x), name="softmax(x)")
 
 
 @pytest.mark.points(1, cell="check_softmax")
@@ -143,7 +147,29 @@ def test_softmax_is_stable_for_large_inputs(student, rng):
     x = torch.randn(2, 5, generator=rng) + 1000.0
     out = student.softmax(x)
     assert torch.isfinite(out).all(), "softmax of inputs near 1000 is not finite: subtract the max"
-    check_close(out, torch.softmax(x, dim=-1), name="softmax(x + 1000)")
+    check_close(out, key.softmax(x), name="softmax(x + 1000)")
+'''
+
+KEY = '''"""The answer key of {title}.
+
+Instructors only: it lives beside the hidden suite, never in course_lib.
+
+{canary}: planted so the tests can assert that nothing a student receives
+(release, feedback, bundle) contains this file.
+
+The hidden tests compute their expectations with it; check it against an independent oracle
+(here ``torch.softmax``) in the project's tests.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+
+def softmax(x: Tensor) -> Tensor:
+    """Softmax over the last dimension, stable for large inputs. x (..., N) -> (..., N)."""
+    z = (x - x.amax(dim=-1, keepdim=True)).exp()
+    return z / z.sum(dim=-1, keepdim=True)
 '''
 
 CHECKS = '''"""Visible checks of {title}.
@@ -269,6 +295,7 @@ def files(course: Course, name: str) -> dict[Path, str]:
     return {
         course.source_dir(name) / f"{name}.md": source,
         course.suite_dir(name) / f"test_{name}.py": SUITE.format(**fmt),
+        course.suite_dir(name) / f"{module}_key.py": KEY.format(**fmt),
         course.root / "course_lib" / "checks" / f"{module}.py": CHECKS.format(**fmt),
         course.suite_dir(name) / "mutants.yml": MUTANTS.format(**fmt),
         course.samples_dir(name) / "samples.yml": SAMPLES.format(**fmt),

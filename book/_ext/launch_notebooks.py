@@ -9,9 +9,7 @@ site, made from the page's source with myst-nb's reader (the cells the build exe
 - the Markdown is made readable outside the book: admonitions become quotes, dropdowns
   ``<details>``, figures images from the published site, ``{doc}``/``{numref}`` links to the
   site's pages ("Figure 2.3"), citations their keys;
-- ``literalinclude`` (the library's source) becomes a pointer to the book's page, and prose in
-  ``{embargo}`` blocks stays hidden in the student edition as it is in the HTML
-  (``embargo_edition.py``), so the notebooks show no graded object's code or explanation.
+- ``literalinclude`` (the library's source) becomes a pointer to the book's page.
 
 The launch buttons of sphinx-book-theme are rewritten to open these files on the branch that the
 Pages workflow (``.github/workflows/pages.yml``) deploys the site to (``launch_site_branch``,
@@ -20,21 +18,17 @@ Pages workflow (``.github/workflows/pages.yml``) deploys the site to (``launch_s
 ``binder/requirements.txt`` (the course library) and ``.nojekyll`` (GitHub Pages then serves the
 folders whose names start with ``_``).
 
-What the first cell installs depends on the edition (``embargo_edition.py``). The student
-edition ships the *student wheel* of the course library with the site
+The first cell installs the public wheel of the course library, which the site ships
 (``_notebooks/course_lib-<version>-py3-none-any.whl``, built by
-``autograder.course.embargo.build_wheel``; while ``course.yml`` embargoes a graded object its
-version ends in ``+student`` and that object raises "You implement this in A3, part 1" until its
-solutions are released; with every assignment reader-first nothing is embargoed and the wheel is
-the public library), and installs it from the site: the launch buttons work
-whether or not the instructor's repository is public, and they never hand out the answers. The
-instructor edition installs ``course_lib`` from the repository. The wheel is built once per
-content of the library, the assignments and the schedule, and kept beside the execution cache.
+``autograder.course.embargo.build_wheel``: ``course_lib`` as in the repository, the visible
+checks' recorded answers included; the answer keys live beside the hidden suites, never in it),
+from the site: the launch buttons work whether or not the instructor's repository is public. The
+wheel is built once per content of the library and ``pyproject.toml``, and kept beside the
+execution cache.
 
 Settings (``sphinx.config`` in ``_config.yml``): ``launch_site_branch``, ``launch_site_url``
-(default ``https://<org>.github.io/<repo>/``), ``launch_install`` (overrides both defaults:
-``course_lib @ <site>/_notebooks/<student wheel>`` in the student edition,
-``course_lib @ git+<repository_url>@<repository_branch>`` in the instructor edition).
+(default ``https://<org>.github.io/<repo>/``), ``launch_install`` (overrides the default,
+``course_lib @ <site>/_notebooks/<wheel>``).
 """
 
 from __future__ import annotations
@@ -61,7 +55,7 @@ DROPPED = {"bibliography", "toctree", "tableofcontents", "eval-rst", "glossary",
 
 INSTALL_CELL = """\
 # Colab and other fresh environments: install the course library unless it is already there.
-{note}import importlib.util
+import importlib.util
 import subprocess
 import sys
 
@@ -83,21 +77,12 @@ def _repo(app) -> tuple[str, str, str]:
 def install_spec(app) -> str:
     if app.config.launch_install:
         return app.config.launch_install
-    wheel = getattr(app, "_course_student_wheel", None)
+    wheel = getattr(app, "_course_wheel", None)
     if wheel is not None:
         return f"course_lib @ {site_url(app)}{NOTEBOOKS}/{wheel.name}"
     url, _, _ = _repo(app)
     branch = app.config.html_theme_options.get("repository_branch") or "main"
     return f"course_lib @ git+{url}@{branch}"
-
-
-def _install_note(app) -> str:
-    if getattr(app, "_course_student_wheel", None) is None or not app._course_embargoes:
-        return ""  # the instructor edition, or a student edition with nothing embargoed
-    return (
-        "# Student edition: the functions you write in the assignments raise NotImplementedError\n"
-        '# ("You implement this in A3, part 1") until their solutions are released.\n'
-    )
 
 
 def site_url(app) -> str:
@@ -128,7 +113,6 @@ class _Converter:
     def __init__(self, app, pagename: str):
         self.app, self.pagename = app, pagename
         self.site = site_url(app)
-        self.embargo = _embargo_lookup(app)
 
     # roles
     def _bibfile(self) -> Path:
@@ -207,14 +191,6 @@ class _Converter:
             return (
                 f"> The book shows the course library's source here: {shown} ([the page]({link}))."
             )
-        if name == "embargo":
-            where = self.embargo(arg.split())
-            if where:
-                return (
-                    f"> *You implement this in {where}. This explanation is shown once the "
-                    "solutions are released.*"
-                )
-            return self.markdown(body)
         if name == "rubric":  # an unnumbered heading
             return f"**{arg}**"
         if name in ("math",):
@@ -275,27 +251,6 @@ def _split_options(body: str) -> tuple[dict[str, str], str]:
     return options, "\n".join(lines[k:])
 
 
-def _embargo_lookup(app):
-    """A function: dotted names -> "A3, part 1" where embargoed in this edition, else ""."""
-    try:
-        from embargo_edition import _plan
-    except ImportError:  # the embargo extension is not loaded: nothing is embargoed
-        return lambda names: ""
-    _root, by_module = _plan(app)
-
-    def where(names: list[str]) -> str:
-        found = []
-        for dotted in names:
-            module = max((m for m in by_module if dotted.startswith(m + ".")), key=len, default="")
-            qualname = dotted[len(module) + 1 :] if module else ""
-            for q, w in by_module.get(module, {}).items():
-                if q == qualname or q.startswith(qualname + "."):
-                    found.append(w)
-        return "; ".join(sorted(set(found)))
-
-    return where
-
-
 # --- notebooks and buttons ----------------------------------------------------------------------
 
 
@@ -312,9 +267,7 @@ def make_notebook(app, pagename: str) -> dict:
     converter = _Converter(app, pagename)
     cells = [
         nbformat.v4.new_code_cell(
-            INSTALL_CELL.format(
-                spec=json.dumps(install_spec(app)), note=_install_note(app)
-            ).rstrip(),
+            INSTALL_CELL.format(spec=json.dumps(install_spec(app))).rstrip(),
             metadata={"tags": ["install"]},
         )
     ]
@@ -360,52 +313,44 @@ def _write_notebook_and_fix_buttons(app, pagename, templatename, context, doctre
                 button["url"] = urls[button["text"]]
 
 
-# --- the student wheel ---------------------------------------------------------------------------
+# --- the wheel ----------------------------------------------------------------------------------
 
-WHEEL_INPUTS = ("course_lib/**/*.py", "autograder/**/*.py", "solutions/*/*.md", "course.yml",
-                "pyproject.toml")  # fmt: skip
-
-
-def _student_edition(app) -> bool:
-    return "course_edition" in app.config and app.config.course_edition == "student"
+WHEEL_INPUTS = ("course_lib/**/*", "pyproject.toml", "autograder/course/embargo.py")
 
 
-def _wheel_key(root: Path, schedule: Path) -> str:
+def _wheel_key(root: Path) -> str:
     digest = hashlib.sha256()
     files = {f for pattern in WHEEL_INPUTS for f in root.glob(pattern) if f.is_file()}
-    for f in sorted(files | ({schedule} if schedule.is_file() else set())):
-        digest.update(f.relative_to(root).as_posix().encode() if f.is_relative_to(root) else b"")
+    for f in sorted(f for f in files if "__pycache__" not in f.parts):
+        digest.update(f.relative_to(root).as_posix().encode())
         digest.update(hashlib.sha256(f.read_bytes()).digest())
     return digest.hexdigest()[:16]
 
 
-def _build_student_wheel(app) -> None:
-    """Student edition: build (or reuse) the student wheel the launch notebooks install."""
-    if app.config.launch_install or app.builder.format != "html" or not _student_edition(app):
+def _build_wheel(app) -> None:
+    """Build (or reuse) the public wheel of course_lib that the launch notebooks install."""
+    if app.config.launch_install or app.builder.format != "html":
         return
-    from autograder.course.embargo import build_wheel, plan
+    from autograder.course.embargo import build_wheel
 
-    root = Path(app.config.course_root or Path(app.srcdir).parent).resolve()
-    schedule = Path(app.config.course_schedule or root / "course.yml").resolve()
+    root = Path(app.srcdir).parent.resolve()
     cache_path = getattr(app.config, "nb_execution_cache_path", "") or app.doctreedir
-    folder = Path(cache_path).parent / ".student_wheel" / _wheel_key(root, schedule)
+    folder = Path(cache_path).parent / ".course_lib_wheel" / _wheel_key(root)
     wheels = sorted(folder.glob("course_lib-*.whl"))
-    p = plan(root, schedule)
-    app._course_embargoes = bool(p.embargoed)
     if not wheels:
         with tempfile.TemporaryDirectory(prefix="book-wheel-") as tmp:
-            made = build_wheel(p, Path(tmp))
+            made = build_wheel(root, Path(tmp))
             folder.mkdir(parents=True, exist_ok=True)
             shutil.copy2(made, folder / made.name)
         wheels = sorted(folder.glob("course_lib-*.whl"))
-    app._course_student_wheel = wheels[-1]
+    app._course_wheel = wheels[-1]
 
 
 def _write_site_files(app, exception):
     if exception is not None or app.builder.format != "html":
         return
     out = Path(app.outdir)
-    wheel = getattr(app, "_course_student_wheel", None)
+    wheel = getattr(app, "_course_wheel", None)
     if wheel is not None:
         (out / NOTEBOOKS).mkdir(exist_ok=True)
         for stale in (out / NOTEBOOKS).glob("course_lib-*.whl"):  # an earlier build's wheel
@@ -424,8 +369,8 @@ def _write_site_files(app, exception):
 
 def _rewrite_all_when_the_install_changes(app, env, added, changed, removed) -> list[str]:
     """Every page's notebook carries the install cell: when what it installs changes (a new
-    wheel name, an edition), every page is written again, not only the edited ones."""
-    install = install_spec(app) + _install_note(app)
+    wheel name), every page is written again, not only the edited ones."""
+    install = install_spec(app)
     if getattr(env, "course_launch_install", None) == install:
         return []
     env.course_launch_install = install
@@ -438,7 +383,7 @@ def setup(app):
     app.add_config_value("launch_install", "", "html")
     # after sphinx-book-theme's add_launch_buttons (priority 501)
     app.connect("html-page-context", _write_notebook_and_fix_buttons, priority=600)
-    app.connect("builder-inited", _build_student_wheel)
+    app.connect("builder-inited", _build_wheel)
     app.connect("env-get-outdated", _rewrite_all_when_the_install_changes)
     app.connect("build-finished", _write_site_files)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,8 +1,7 @@
 """A blank answer fails its check with a message, not a traceback.
 
 The released notebooks' answers start as ``raise NotImplementedError()``; a check that meets one
-(in the student's code, or in the student edition of ``course_lib``, whose graded objects are
-stubs) reports it as a :class:`~course_lib.checks.CheckFailed`.
+(in the student's code) reports it as a :class:`~course_lib.checks.CheckFailed`.
 """
 
 from __future__ import annotations

@@ -322,9 +322,9 @@ def test_gpu_measurements_script_writes_what_the_appendix_reads(tmp_path):
         assert set(data) <= set(real) and real["device"] not in ("CPU", "cpu")
 
 
-def test_launch_notebook_markdown_keeps_embargoed_prose_out():
-    """The notebooks behind the launch buttons convert MyST to Jupyter Markdown; an {embargo}
-    block becomes the box's sentence, not its prose, when the object is embargoed."""
+def test_launch_notebook_markdown_reads_outside_the_book():
+    """The notebooks behind the launch buttons convert MyST to Jupyter Markdown: figure numbers,
+    author-year citations, a pointer for the library's source, images from the site."""
     import sys
 
     sys.path.insert(0, str(BOOK / "_ext"))
@@ -355,17 +355,12 @@ def test_launch_notebook_markdown_keeps_embargoed_prose_out():
     converter = launch_notebooks._Converter.__new__(launch_notebooks._Converter)
     converter.app, converter.pagename = _App(), "chapters/02_attention_layer/01_dot_product"
     converter.site = "https://example.org/book/"
-    converter.embargo = lambda names: "A2, part 1" if "course_lib.x.f" in names else ""
     text = converter.markdown(
         "See {numref}`fig-x` {cite:p}`vaswani2017`, {cite:t}`ba2016layernorm,devlin2019`.\n\n"
-        "```{embargo} course_lib.x.f\nThe secret formula.\n```\n\n"
-        "```{embargo} course_lib.x.g\nReleased prose.\n```\n\n"
         ":::{dropdown} Source\n```{literalinclude} ../../../course_lib/x.py\n"
         ":pyobject: f\n```\n:::\n"
         "\n```{figure} ../../figures/t.svg\n:alt: A drawing\n:name: fig-t\n\nCaption.\n```"
     )
-    assert "The secret formula" not in text and "You implement this in A2, part 1" in text
-    assert "Released prose." in text
     assert "[Figure 2.3](https://example.org/book/chapters/02_attention_layer/03_routing" in text
     # citations read as in the book (author-year), never as raw keys
     assert "(Vaswani et al., 2017)" in text and "vaswani2017" not in text

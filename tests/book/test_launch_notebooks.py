@@ -1,17 +1,19 @@
 """The notebooks behind the launch buttons (Colab, Binder) run for any reader.
 
-Each launch notebook is its page's code behind one cell that installs ``course_lib`` from the wheel
-the site ships; the pages themselves run in every build (``execute_pages.py`` and the book build
-fail on an error). So a launch notebook runs wherever that wheel is the library the pages ran
-with: every notebook is checked to be its page plus the install cell, the wheel against the
-repository's ``course_lib`` file by file, and a few notebooks (the book's Transformer blocks,
-BERT's inputs, GPT's cache, multi-head attention, ViT) run top to bottom in a fresh environment
-that has the wheel and nothing of this repository, as on Colab.
+Each launch notebook is its page's code behind one cell that installs ``course_lib`` from the
+public wheel the site ships; the pages themselves run in every build (``execute_pages.py`` and the
+book build fail on an error). So a launch notebook runs wherever that wheel is the library the
+pages ran with: every notebook is checked to be its page plus the install cell, the wheel against
+the repository's ``course_lib`` file by file, the built book is scanned for the answer keys'
+statements, and a few notebooks (the book's Transformer blocks, BERT's inputs, GPT's cache,
+multi-head attention, ViT) run top to bottom in a fresh environment that has the wheel and nothing
+of this repository, as on Colab.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -42,9 +44,7 @@ def _code(cells) -> list[str]:
 @pytest.fixture(scope="module")
 def wheel(html_dir) -> Path:
     wheels = sorted((html_dir / "_notebooks").glob("course_lib-*.whl"))
-    if not wheels:
-        pytest.skip("an instructor-edition build: its notebooks install from the repository")
-    assert len(wheels) == 1, wheels
+    assert len(wheels) == 1, f"expected the site's wheel in _notebooks/, found {wheels}"
     return wheels[0]
 
 
@@ -63,9 +63,10 @@ def test_every_launch_notebook_is_its_page_behind_an_install_cell(html_dir):
     assert not problems, "\n".join(problems)
 
 
-def test_the_site_wheel_is_the_library_the_pages_ran_with(wheel):
-    """Every assignment is reader-first (its key lives beside its hidden suite), so nothing is
-    embargoed: the wheel readers install is the repository's ``course_lib``, byte for byte."""
+def test_the_site_wheel_is_the_library_the_pages_ran_with(wheel, html_dir):
+    """Every answer key lives beside its hidden suite, so the wheel readers install is the
+    repository's ``course_lib``, byte for byte, and every launch notebook installs it from the
+    site (never the instructor's repository)."""
     with zipfile.ZipFile(wheel) as archive:
         shipped = {n: archive.read(n) for n in archive.namelist() if n.startswith("course_lib/")}
     ours = {
@@ -76,7 +77,21 @@ def test_the_site_wheel_is_the_library_the_pages_ran_with(wheel):
     missing = sorted(n for n in ours if n.endswith(".py") and n not in shipped)
     changed = sorted(n for n in shipped if n in ours and shipped[n] != ours[n])
     assert not missing and not changed, f"missing {missing}, changed {changed}"
-    assert "+student" not in wheel.name
+    version = re.search(r'^version = "(.+)"', (REPO / "pyproject.toml").read_text(), re.M)[1]
+    assert wheel.name == f"course_lib-{version}-py3-none-any.whl"
+    for notebook in sorted((html_dir / "_notebooks").rglob("*.ipynb")):
+        first = "".join(json.loads(notebook.read_text(encoding="utf-8"))["cells"][0]["source"])
+        assert f"/_notebooks/{wheel.name}" in first and "git+" not in first, notebook
+    requirements = (html_dir / "binder" / "requirements.txt").read_text(encoding="utf-8")
+    assert f"/_notebooks/{wheel.name}" in requirements and "git+" not in requirements
+
+
+def test_the_built_book_holds_no_statement_of_an_answer_key(html_dir):
+    """Pages, their sources, the launch notebooks and the wheel: no statement of a key beside a
+    hidden suite (until its solutions are released)."""
+    from autograder.course import embargo
+
+    assert embargo.scan(embargo.plan(REPO), [html_dir]) == []
 
 
 @pytest.fixture(scope="module")

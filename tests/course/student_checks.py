@@ -7,7 +7,7 @@ training runs) and the ``check_*`` calls of every check cell, then prints one JS
 ``{"cell": grade_id, "status": "passed" | "failed" | "crashed" | "skipped", "message": ...}``.
 ``failed`` is a :class:`~course_lib.checks.CheckFailed` (the check's own diagnosis); ``crashed`` is
 any other exception; ``skipped`` a check whose arguments come from a training run. Standalone (no
-``autograder`` import): the embargo test runs it in a virtual environment with the student wheel.
+``autograder`` import): test_embargo.py runs it in a virtual environment with the bundle's wheel.
 """
 
 from __future__ import annotations

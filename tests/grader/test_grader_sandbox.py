@@ -733,8 +733,8 @@ def test_only_the_allowlist_is_readable(student, tmp_path):
 
 
 def test_the_library_works_but_its_source_is_unreadable(student):
-    """The references' source is an answer key while solutions are embargoed: student code uses
-    the loaded library but cannot read (and print into its feedback) the source files."""
+    """Student code uses the loaded library but cannot read (and print into its feedback) the
+    source files."""
     import course_lib.layers
 
     st, _, _ = student
