@@ -173,6 +173,8 @@ def prepare(sub: Submission, release: dict[str, list[Cell]]) -> tuple[dict, Row]
         result = scan(extracted)
         task["notebooks"][name] = {
             "chunks": [(e.label, e.source, e.keep) for e in extracted],
+            # the release's own cells: what fails to load there is the instructor's business
+            "provided": [e.label for e in extracted if e.origin == "release"],
             "scan": {
                 "references": [r.__dict__ for r in result.references],
                 "tampering": result.tampering,
@@ -449,8 +451,10 @@ class Grader:
                 except ValueError:
                     session = {}
                 for name, info in session.items() if isinstance(session, dict) else ():
+                    provided = task["notebooks"].get(name, {}).get("provided", [])
                     for note in info.get("load_notes", []):
-                        row.notes.append(f"while loading your code: {note}")
+                        if not any(note.startswith(f"{label}, line ") for label in provided):
+                            row.notes.append(f"while loading your code: {note}")
                     row.workers[name] = info.get("workers_started", 0)
             run_reply = _read_reply(Path(run["reply_path"])) or reply
             run_reason = None

@@ -594,3 +594,27 @@ def test_selfgrade_writes_a_row_per_submission(tmp_path):
                *SELFGRADE_LIMITS])  # fmt: skip
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
     assert "MISMATCH" in out.stdout and "partial" in out.stdout, out.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_loading_notes_name_the_students_cells_only(tmp_path):
+    """A3's given plot cell reads ``val_set``, which its (dropped) training cell binds: the
+    grader's loader fails on it for every student, and that is not the student's business (it
+    was a note on every A3 feedback); a statement of the student's own that fails to load is."""
+    from autograder.host.grader import Grader
+    from autograder.host.intake import Submission
+    from autograder.host.options import Options
+
+    name = "a3_transformer"
+    nb = source_notebook(name)
+    cell = next(c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution"))
+    cell.source += "\n\nALIAS = name_defined_nowhere\n"
+    folder = tmp_path / "student"
+    folder.mkdir()
+    (folder / f"{name}.ipynb").write_text(nbformat.writes(nb), encoding="utf-8")
+    paths = {f"{name}.ipynb": folder / f"{name}.ipynb"}
+    with Grader(COURSE, name, Options(jobs=1, progress=False)) as grader:
+        (row,) = grader.grade([Submission("student", paths, list(paths.values()), folder)])
+    loading = [n for n in row["notes"] if n.startswith("while loading your code")]
+    assert len(loading) == 1 and "name_defined_nowhere" in loading[0], row["notes"]
+    assert row["score"] == row["max_score"], row["notes"]
