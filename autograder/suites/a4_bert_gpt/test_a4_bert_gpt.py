@@ -477,8 +477,11 @@ def test_segment_ids(student, rng):
 
 
 def gqa_pair(student, rng, *, H=None, G=None):
+    # by default a real grouping, 1 < G < H: at G = 1 or G = H every assignment of query heads to
+    # key/value heads is the same, so a mistake in it would lose points under some names only
+    # (test_gqa_multi_query_and_multi_head grades G = 1 and G = H, under every name)
     if H is None:
-        G = G or draw(rng, 1, 3)
+        G = G or draw(rng, 2, 3)
         H = G * draw(rng, 2, 3)
     D = draw(rng, 2, 4)
     sizes = dict(n_embd=H * D, n_head=H, n_kv_head=G)
@@ -923,9 +926,14 @@ def test_generate_greedy_with_the_penalty(student, rng):
 def test_generate_samples_with_the_options(student, rng):
     ref, mine, sizes = gpt_setup(student, rng)
     prompt = torch.randint(sizes["vocab_size"], (1, draw(rng, 2, 5)), generator=rng)
-    t, theta, mp = 1.4, 2.0, 0.05
+    t, theta = 1.4, 2.0
     with torch.no_grad():
         last = ref(prompt)[0, -1]
+    # min-p between the second most likely token's probability p2 and p2 / p_max: min-p keeps
+    # that token and a threshold that is not scaled by p_max removes it, under every name (a
+    # fixed min_p = 0.05 told them apart only when some token fell between the two)
+    top2 = exact(last, prompt[0], temperature=t, penalty=theta).topk(2).values
+    mp = round(float(top2[1] / top2[0].sqrt()), 4)
     n = 8000
     got = student.generate(
         mine, prompt.expand(n, -1).clone(), 2, temperature=t, penalty=theta, min_p=mp
