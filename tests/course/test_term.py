@@ -380,9 +380,12 @@ def test_a_constant_built_from_a_dropped_statement_is_dropped_too():
         "SCALE = 2.0\n"
         "y = SCALE * 3\n"
     )
-    extracted, notes = extract(CodeChunk("train_run", cell, "release"))
+    extracted, notes = extract(CodeChunk("train_run", cell, "student"))
     assert extracted.keep == [2, 3], extracted.keep
     assert "line 2: train_images" in notes[0], notes
+    provided, notes = extract(CodeChunk("train_run", cell, "release"))
+    assert provided.keep == [2, 3] and "line 2: train_images" in provided.dropped[1]
+    assert notes == [], "the release's own cell is not the student's business"
 
 
 def test_matplotlib_imports_under_the_workers_refusals():
