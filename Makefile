@@ -13,7 +13,7 @@ NO_DEPS_PINS := timm==1.0.31
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 ASSIGNMENTS := $(notdir $(wildcard solutions/a*_*))
 
-.PHONY: all course install book release selfgrade summary test lint pytest book-smoke clean student-bundle new-assignment test-lib test-grader test-book test-course mutants
+.PHONY: all course install book release selfgrade summary test lint pytest clean student-bundle new-assignment test-lib test-grader test-book test-course mutants
 
 all: course
 
@@ -55,9 +55,10 @@ selfgrade: install
 summary: install
 	@$(PY) -m course_lib summary
 
-## test: ruff (check + format check), a smoke build of the book, then pytest (its browser
-## tests load the smoke-built pages).
-test: install lint book-smoke pytest
+## test: ruff (check + format check), the book as `make book` builds it (into book/_build: after
+## `make` Sphinx finds nothing to do; on a fresh clone every page executes once, in parallel), then
+## pytest (its browser tests load those pages).
+test: install lint book pytest
 
 lint: install
 	$(VENV)/bin/ruff check .
@@ -76,13 +77,6 @@ test-lib test-grader test-book test-course: test-%: install
 mutants: install
 	$(PY) -m autograder mutants --all --names 3 --strict --jobs 2
 
-## book-smoke: the book built into build_artifacts/book-smoke for the browser tests. It shares the
-## execution cache with `make book` (book/_build/.jupyter_cache, see book/_ext/build_cache.py), so
-## after `make` it executes nothing; on a fresh clone it executes every page once. Both first run
-## book/scripts/execute_pages.py: the pages execute in parallel (one kernel per core) into that cache.
-book-smoke: install
-	$(PY) book/scripts/execute_pages.py
-	$(VENV)/bin/jupyter-book build book --warningiserror --nitpick --keep-going --path-output build_artifacts/book-smoke
 
 ## student-bundle: dist/student/ and dist/student.zip for students: the released notebooks, the
 ## public wheel of course_lib, the book (NO_BOOK=1 leaves it out), a README; the build scans it for

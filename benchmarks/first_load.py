@@ -7,7 +7,7 @@ the browser's Resource Timing API reports them. Also lists the ``.map`` files sh
 build (browsers load them only when the developer tools are open).
 
     .venv/bin/python benchmarks/first_load.py                      # book/_build/html, index.html
-    .venv/bin/python benchmarks/first_load.py build_artifacts/book-smoke/_build/html \\
+    .venv/bin/python benchmarks/first_load.py /tmp/other/_build/html \\
         --page intro.html --page chapters/02_attention_layer.html
 """
 

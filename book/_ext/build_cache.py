@@ -3,11 +3,10 @@
 ``execute.cache`` in ``_config.yml`` is a path relative to the book's folder
 (``_build/.jupyter_cache``, where ``make book`` keeps it). myst-nb would resolve a relative path
 against the current directory; this extension resolves it against the book instead, so that
-``make book`` (output in ``book/_build``) and ``make book-smoke`` (output in
-``build_artifacts/book-smoke``) read and fill the same cache: ``make test`` after ``make``
-executes nothing that ``make`` already executed. The environment variable
-``BOOK_EXECUTION_CACHE`` overrides the path (``benchmarks/book_build.py`` measures a cold build
-with an empty cache that way).
+every build (``make book`` and ``make test`` into ``book/_build``, a build with ``--path-output``
+elsewhere, the benchmark's) reads and fills the same cache: nothing is executed twice. The
+environment variable ``BOOK_EXECUTION_CACHE`` overrides the path (``benchmarks/book_build.py``
+measures a cold build with an empty cache that way).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Jupyter Book 1 executes pages one after the other while Sphinx reads them; the pages train small
 models on one thread each, so a 2-core machine sits half idle. This script runs first (``make
-book``, ``make book-smoke``): it hands every page in the table of contents to jupyter-cache's
+book``, ``make test``): it hands every page in the table of contents to jupyter-cache's
 ``local-parallel`` executor, one kernel per core, and stores the executed notebooks in the cache
 that ``_config.yml`` names (``execute.cache``, or ``BOOK_EXECUTION_CACHE``; see
 ``_ext/build_cache.py``). The build then finds every page in the cache and executes nothing.

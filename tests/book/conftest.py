@@ -1,5 +1,5 @@
 """Tests of the book: its sources' structure, the diagrams, page execution and (with Chromium) the
-built pages in a browser. The browser tests load the pages `make book-smoke` built."""
+built pages in a browser. The browser tests load the pages `make book` (or `make test`) built."""
 
 from __future__ import annotations
 
@@ -16,12 +16,8 @@ REPO = Path(__file__).resolve().parents[2]
 def _built_html() -> Path | None:
     if os.environ.get("BOOK_HTML"):  # a given build, e.g. BOOK_HTML=/tmp/out/_build/html
         return Path(os.environ["BOOK_HTML"])
-    candidates = [
-        REPO / "build_artifacts" / "book-smoke" / "_build" / "html",
-        REPO / "book" / "_build" / "html",
-    ]
-    built = [c for c in candidates if (c / "index.html").exists()]
-    return max(built, key=lambda c: (c / "index.html").stat().st_mtime) if built else None
+    built = REPO / "book" / "_build" / "html"
+    return built if (built / "index.html").exists() else None
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ load), saves a screenshot of each page at each width in build_artifacts/screensh
 and a table of page lengths and problems in build_artifacts/screenshots/pages.tsv (also printed:
 `pytest -s` or `-rA`); five pages on a phone go to build_artifacts/screenshots/phone/.
 
-Uses the book built by `make test` (build_artifacts/book-smoke) or `make` (book/_build); builds it
-if neither exists. Needs Debian's chromium and chromium-driver (`.ci/run` installs them); without
+Uses the book built by `make` or `make test` (book/_build; BOOK_HTML names another build); builds
+it if there is none. Needs Debian's chromium and chromium-driver (`.ci/run` installs them); without
 them the tests skip, unless REQUIRE_BROWSER=1 (set by `.ci/run`) turns that into a failure.
 """
 
