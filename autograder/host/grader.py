@@ -433,6 +433,8 @@ class Grader:
                 "suite": str(self.suite),
                 "runs": runs,
                 "wall": self.options.wall,
+                # the suite's forbidden specs: the runner resolves them once (see Runner.warm)
+                "forbid": sorted({s for e in self.tests for s in e.get("forbid", [])}),
             }
         )
         for row, run in zip(rows, runs):

@@ -42,6 +42,7 @@ from typing import Any
 from autograder.host.proxy import ZygoteClient
 from autograder.sandbox import zygote
 from autograder.wire import protocol
+from autograder.wire.forbid import is_module_spec
 
 GRACE = 15.0
 TRUSTED_MEMORY = 6 * 1024**3  # address space a runner child may add to the runner's
@@ -309,6 +310,15 @@ class Runner:
             finally:
                 _write_json(run["reply_path"], reply)
 
+    def warm(self, specs: list[str]) -> None:
+        """Resolve the suite's forbidden specs here, in the runner, once: the runner children it
+        forks inherit the imported modules and the answers (``is_module_spec`` is cached). A
+        child resolving ``sklearn.datasets`` itself imported scikit-learn and SciPy for every
+        submission, a third of a grading's time."""
+        for spec in specs:
+            if isinstance(spec, str) and not spec.startswith("aten::"):
+                is_module_spec(spec)
+
     def handle(self, cmd: dict) -> dict:
         op = cmd["op"]
         if op == "collect":
@@ -316,6 +326,7 @@ class Runner:
             context = {"mode": "collect", "suite": suite, "manifest_path": cmd["manifest"]}
             return self.run_child(context, cmd.get("wall", 300.0))
         if op == "grade":
+            self.warm(cmd.get("forbid", []))
             with open(cmd["task"], encoding="utf-8") as f:
                 task = json.load(f)
             context = {"mode": "grade", **task, **cmd}

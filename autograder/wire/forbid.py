@@ -24,6 +24,7 @@ and reported: such a test fails as tampering.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import types
 from typing import Any
@@ -117,5 +118,8 @@ def resolve(spec: str) -> Any:
     return None
 
 
+@functools.cache
 def is_module_spec(spec: str) -> bool:
+    """Whether ``spec`` names a module (imports it; cached, so a process that forks after
+    asking answers for its children too)."""
     return isinstance(resolve(spec), types.ModuleType)
