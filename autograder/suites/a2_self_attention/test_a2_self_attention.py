@@ -403,9 +403,11 @@ def test_t5_unidirectional(student, rng):
 
 @pytest.mark.points(1, cell="check_t5_relative_bias")
 def test_t5_offset_and_gradients(student, rng):
-    """New queries after a cache of keys: a decoder's (unidirectional) bias."""
+    """New queries after a cache of keys: a decoder's (unidirectional) bias. At least two new
+    queries, so that some keys lie ahead of some query under every name (with one query, the
+    last position, no key does, and |j - i| equals the decoder's distance)."""
     ref, mine, args = t5_pair(student, rng, bidirectional=False)
-    T_q, T_k = draw(rng, 1, 4), draw(rng, 10, 60)
+    T_q, T_k = draw(rng, 2, 4), draw(rng, 10, 60)
     offset = T_k - T_q
     scores = t5_scores(rng, args["num_heads"], T_q, T_k)
     dy = torch.randn(scores.shape, generator=rng)
