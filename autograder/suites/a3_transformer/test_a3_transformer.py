@@ -8,7 +8,9 @@ here (norm gains included, so that they matter) and loaded into the student's mo
 Expectations come from the answer key beside this file (``a3_key.py``), which the project's tests
 check against ``torch.nn.RMSNorm``, ``F.cross_entropy(label_smoothing=...)`` and an exhaustive
 search. The beam search runs on the book's model (``course_lib.models``, built in the worker),
-so that it is graded on its own, whatever the student's blocks do.
+so that it is graded on its own, whatever the student's blocks do. Its cases are drawn until each
+catalogued mistake changes the result (``beam_case``), so that a mistake costs the same points
+under every student name.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import a3_key as key
 import pytest
 import torch
-from a3_record import shift_logit
+from a3_record import beam_variant, shift_logit
 from torch import nn
 
 from course_lib.checks import check_close
@@ -245,9 +247,8 @@ def test_label_smoothing_other_shapes_and_ignore_index(student, rng):
 # --------------------------------------------------------------------------------------------
 
 
-def beam_setup(student, rng, *, V=None, eos_shift=None):
-    """The book's Transformer with drawn weights: ``ref`` here (float64), the same in the worker;
-    sources with padding."""
+def beam_draw(rng, *, V=None, eos_shift=None):
+    """A drawn model (float64, eval) with its overrides, and sources with padding."""
     from course_lib.models import create
 
     V = V or draw(rng, 6, 8)
@@ -267,16 +268,59 @@ def beam_setup(student, rng, *, V=None, eos_shift=None):
         else eos_shift
     )
     shift_logit(model, EOS, shift)
-    # the preset's factory, looked up in the worker (whose sandbox lists no package folders)
-    factory = student.build("course_lib.models.transformer.PRESETS.get", "transformer-tiny")
-    mine = factory(**overrides)
-    mine.load_state_dict(model.state_dict())
-    mine.double()
-    mine.eval()
     B, S = draw(rng, 2, 4), draw(rng, 3, 6)
     src = torch.randint(3, overrides["src_vocab_size"], (B, S), generator=rng)
     src = src.masked_fill(~padding(rng, B, S), PAD)
-    return model.double().eval(), mine, src
+    return model.double().eval(), src, overrides
+
+
+def beam_copy(student, ref, overrides):
+    """The same model built in the worker, from the preset's factory."""
+    # the preset's factory, looked up in the worker (whose sandbox lists no package folders)
+    factory = student.build("course_lib.models.transformer.PRESETS.get", "transformer-tiny")
+    mine = factory(**overrides)
+    mine.load_state_dict(ref.state_dict())
+    mine.double()
+    mine.eval()
+    return mine
+
+
+# the catalogue's beam mistakes (a3_record.BEAM_MISTAKES, mutants.yml): a drawn case must tell
+# each one from the key, or a student with the mistake would lose points under some names only.
+# Without [EOS] nothing finishes; with one beam, a finished hypothesis kept live, K rows
+# starting live and the memory's order change nothing.
+BEAM_MISTAKES = ("no_sum", "logits", "first", "eos_live", "eos_score", "no_final", "all_live",
+                 "unsorted", "tiled")  # fmt: skip
+WITHOUT_EOS = tuple(m for m in BEAM_MISTAKES if m not in ("eos_live", "eos_score"))
+ONE_BEAM = tuple(m for m in BEAM_MISTAKES if m not in ("eos_live", "all_live", "tiled"))
+TRIES, FALLBACK_SEED = 40, 29
+
+
+def tells_apart(ref, src, K, max_new, mistakes, *, scores):
+    """Whether every mistake's search gives other tokens (or, with ``scores``, other scores)."""
+    want, want_scores = key.beam_search(ref, src, beam_size=K, max_new_tokens=max_new)
+    for mistake in mistakes:
+        try:
+            wrong, wrong_scores = beam_variant(ref, src, K, max_new, mistake)
+        except (RuntimeError, ValueError):
+            continue  # the mistake fails on this case, loudly
+        if wrong.shape == want.shape and torch.equal(wrong, want):
+            if not scores or torch.allclose(wrong_scores, want_scores, rtol=1e-3, atol=1e-2):
+                return False
+    return True
+
+
+def beam_case(student, rng, sizes, mistakes, *, scores=False, eos_shift=None):
+    """(ref, mine, src, K, max_new): drawn until the case tells every mistake from the key
+    (``sizes(rng) -> (V, K, max_new)``); after ``TRIES`` draws, from a fixed generator's."""
+    fallback = torch.Generator().manual_seed(FALLBACK_SEED)
+    for attempt in range(2 * TRIES):
+        gen = rng if attempt < TRIES else fallback
+        V, K, max_new = sizes(gen)
+        ref, src, overrides = beam_draw(gen, V=V, eos_shift=eos_shift)
+        if tells_apart(ref, src, K, max_new, mistakes, scores=scores):
+            break
+    return ref, beam_copy(student, ref, overrides), src, K, max_new
 
 
 def run_beam(student, mine, src, K, max_new):
@@ -299,8 +343,8 @@ def same_tokens(tokens, want, what):
 @pytest.mark.points(2, cell="check_beam_search")
 @pytest.mark.forbid(*REFERENCE_DECODING)
 def test_beam_search_hypotheses(student, rng):
-    ref, mine, src = beam_setup(student, rng)
-    K, max_new = draw(rng, 2, 4), draw(rng, 3, 5)
+    sizes = lambda gen: (None, draw(gen, 2, 4), draw(gen, 3, 5))  # noqa: E731
+    ref, mine, src, K, max_new = beam_case(student, rng, sizes, BEAM_MISTAKES)
     want, _ = key.beam_search(ref, src, beam_size=K, max_new_tokens=max_new)
     tokens, _ = run_beam(student, mine, src, K, max_new)
     same_tokens(tokens, want, f"beam_size={K}, max_new_tokens={max_new}")
@@ -309,8 +353,8 @@ def test_beam_search_hypotheses(student, rng):
 @pytest.mark.points(1, cell="check_beam_search")
 @pytest.mark.forbid(*REFERENCE_DECODING)
 def test_beam_search_scores(student, rng):
-    ref, mine, src = beam_setup(student, rng)
-    K, max_new = draw(rng, 2, 4), draw(rng, 3, 5)
+    sizes = lambda gen: (None, draw(gen, 2, 4), draw(gen, 3, 5))  # noqa: E731
+    ref, mine, src, K, max_new = beam_case(student, rng, sizes, BEAM_MISTAKES, scores=True)
     want_tokens, want = key.beam_search(ref, src, beam_size=K, max_new_tokens=max_new)
     tokens, scores = run_beam(student, mine, src, K, max_new)
     same_tokens(tokens, want_tokens, f"beam_size={K}, max_new_tokens={max_new}")
@@ -321,10 +365,12 @@ def test_beam_search_scores(student, rng):
 @pytest.mark.points(1, cell="check_beam_search")
 @pytest.mark.forbid(*REFERENCE_DECODING)
 def test_beam_search_as_wide_as_every_prefix(student, rng):
-    V = draw(rng, 4, 5)
-    max_new = 3 if V == 4 else 2
-    ref, mine, src = beam_setup(student, rng, V=V)
-    K = (V - 1) ** max_new  # the search is exhaustive (tests/course/test_a3_key.py)
+    def sizes(gen):
+        V = draw(gen, 4, 5)
+        max_new = 3 if V == 4 else 2
+        return V, (V - 1) ** max_new, max_new  # exhaustive (tests/course/test_a3_key.py)
+
+    ref, mine, src, K, max_new = beam_case(student, rng, sizes, BEAM_MISTAKES)
     want, _ = key.beam_search(ref, src, beam_size=K, max_new_tokens=max_new)
     tokens, _ = run_beam(student, mine, src, K, max_new)
     same_tokens(tokens, want, f"an exhaustive search (beam_size={K}, max_new_tokens={max_new})")
@@ -333,8 +379,8 @@ def test_beam_search_as_wide_as_every_prefix(student, rng):
 @pytest.mark.points(1, cell="check_beam_search")
 @pytest.mark.forbid(*REFERENCE_DECODING)
 def test_beam_search_without_eos(student, rng):
-    ref, mine, src = beam_setup(student, rng, eos_shift=-1e4)
-    K, max_new = draw(rng, 2, 3), draw(rng, 2, 4)
+    sizes = lambda gen: (None, draw(gen, 2, 3), draw(gen, 2, 4))  # noqa: E731
+    ref, mine, src, K, max_new = beam_case(student, rng, sizes, WITHOUT_EOS, eos_shift=-1e4)
     want, _ = key.beam_search(ref, src, beam_size=K, max_new_tokens=max_new)
     tokens, _ = run_beam(student, mine, src, K, max_new)
     same_tokens(tokens, want, f"hypotheses that never emit [EOS] (max_new_tokens={max_new})")
@@ -343,8 +389,8 @@ def test_beam_search_without_eos(student, rng):
 @pytest.mark.points(1, cell="check_beam_search")
 @pytest.mark.forbid(*REFERENCE_DECODING)
 def test_beam_search_one_beam(student, rng):
-    ref, mine, src = beam_setup(student, rng)
-    max_new = draw(rng, 3, 6)
+    sizes = lambda gen: (None, 1, draw(gen, 3, 6))  # noqa: E731
+    ref, mine, src, _, max_new = beam_case(student, rng, sizes, ONE_BEAM, scores=True)
     want, want_scores = key.beam_search(ref, src, beam_size=1, max_new_tokens=max_new)
     tokens, scores = run_beam(student, mine, src, 1, max_new)
     same_tokens(tokens, want, f"beam_size=1, max_new_tokens={max_new}")
