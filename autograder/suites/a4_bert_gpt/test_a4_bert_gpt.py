@@ -205,12 +205,18 @@ def wp_text(rng: torch.Generator, letters: str = "abcde", words: int = 30) -> st
     return "".join(out)
 
 
+def unknown_word(rng: torch.Generator) -> str:
+    """A word that no vocabulary of ``wp_setup`` covers: covered letters, then a 'z'."""
+    return "".join("abcd"[draw(rng, 0, 3)] for _ in range(draw(rng, 1, 4))) + "z"
+
+
 @pytest.mark.points(2, cell="check_wordpiece_encode")
 @pytest.mark.forbid(*HF_TOKENIZERS)
 def test_wordpiece_random_vocabularies(student, rng):
     for _ in range(3):
         vocab = wp_setup(rng)
-        text = wp_text(rng)
+        # one word no pieces cover, under every name (the drawn words may all be covered)
+        text = wp_text(rng) + unknown_word(rng) + " " + wp_text(rng, words=5)
         got = as_ids(student.wordpiece_encode(text, vocab), "wordpiece_encode")
         assert got == key.wordpiece_encode(text, vocab), (
             f"wordpiece_encode of {len(text.split())} words with a vocabulary of {len(vocab)} "
@@ -253,7 +259,7 @@ def test_wordpiece_longest_match_is_greedy(student, rng):
 def test_wordpiece_other_unk_token_and_whitespace(student, rng):
     vocab = wp_setup(rng)
     vocab["<unk>"] = vocab.pop("[UNK]")
-    text = "\n\t " + wp_text(rng, words=12) + "  \n"
+    text = "\n\t " + wp_text(rng, words=12) + unknown_word(rng) + "  \n"
     got = as_ids(student.wordpiece_encode(text, vocab, unk_token="<unk>"), "wordpiece_encode")
     assert got == key.wordpiece_encode(text, vocab, unk_token="<unk>"), (
         "wordpiece_encode with unk_token='<unk>' and tabs, newlines and runs of spaces differs "
@@ -673,14 +679,22 @@ def same_filter(got: object, want: Tensor, what: str) -> None:
     assert (got[~kept] == float("-inf")).all(), f"{what}: filtered logits must be -inf"
 
 
+def min_p_on_logits(logits: Tensor, min_p: float) -> Tensor:
+    """The usual mistake of comparing the logits, not the probabilities, with min_p times the
+    largest: the tests draw inputs where it keeps other tokens."""
+    return logits.masked_fill(logits < min_p * logits.amax(-1, keepdim=True), float("-inf"))
+
+
 def min_p_inputs(rng, shape):
-    """Logits whose probabilities stay clear of the threshold (no ties at the boundary)."""
+    """Logits whose probabilities stay clear of the threshold (no ties at the boundary), where
+    comparing the logits instead keeps other tokens (under every name)."""
     while True:
         logits = torch.randn(*shape, generator=rng) * 2
         mp = float(torch.empty(()).uniform_(0.02, 0.5, generator=rng))
         probs = logits.double().softmax(-1)
         ratio = probs / probs.amax(-1, keepdim=True)
-        if ((ratio - mp).abs() > 1e-4).all():
+        on_logits = torch.isfinite(min_p_on_logits(logits, mp))
+        if ((ratio - mp).abs() > 1e-4).all() and not torch.equal(on_logits, ratio >= mp):
             return logits, mp
 
 
@@ -786,14 +800,68 @@ def test_repetition_penalty_rows_are_separate(student, rng):
 # --------------------------------------------------------------------------------------------
 
 
-def exact(logits: Tensor, prev=None, *, temperature=1.0, penalty=1.0, min_p=None) -> Tensor:
+def penalised(logits: Tensor, prev: Tensor, penalty: float, mistake: str | None) -> Tensor:
+    """``key.repetition_penalty``, or what one of its usual mistakes (mutants.yml) gives."""
+    z = key.repetition_penalty(logits, prev, penalty)
+    ones = torch.ones(prev.shape, dtype=logits.dtype)
+    times = torch.zeros_like(logits).scatter_add(1, prev.long(), ones)
+    seen = times > 0
+    if mistake == "penalty_divides_negative_logits":
+        z = torch.where(seen, logits / penalty, logits)
+    elif mistake == "penalty_inverted":
+        z = torch.where(logits > 0, logits * penalty, logits / penalty)
+        z = torch.where(seen, z, logits)
+    elif mistake == "penalty_per_occurrence":
+        factor = penalty**times
+        z = torch.where(logits > 0, logits / factor, logits * factor)
+    elif mistake == "penalty_left_out":
+        z = logits
+    return z
+
+
+# the usual mistakes of sampling (mutants.yml) that a draw must tell apart from the rule
+PENALTY_MISTAKES = (
+    "penalty_divides_negative_logits",
+    "penalty_inverted",
+    "penalty_per_occurrence",
+    "penalty_left_out",
+)
+MIN_P_MISTAKES = ("min_p_on_logits", "min_p_absolute", "min_p_left_out", "min_p_first")
+
+
+def exact(
+    logits: Tensor, prev=None, *, temperature=1.0, penalty=1.0, min_p=None, mistake=None
+) -> Tensor:
+    """The distribution of sample_next_token (or of a usual ``mistake`` in it)."""
     z = logits[None]
     if prev is not None:
-        z = key.repetition_penalty(z, prev[None], penalty)
+        z = penalised(z, prev[None], penalty, mistake)
+    if min_p is not None and mistake == "min_p_first":
+        z = key.min_p_filter(z, min_p)
     z = z / temperature
-    if min_p is not None:
+    if mistake == "min_p_absolute":  # probabilities compared with min_p itself
+        z = z.masked_fill(torch.softmax(z.double(), dim=-1) < min_p, float("-inf"))
+    elif mistake == "min_p_on_logits":
+        z = min_p_on_logits(z, min_p)
+    elif min_p is not None and mistake not in ("min_p_first", "min_p_left_out"):
         z = key.min_p_filter(z, min_p)
     return torch.softmax(z.double(), dim=-1)[0]
+
+
+def visible(want: Tensor, mistaken: Tensor, n: int) -> bool:
+    """Whether ``n`` draws from ``mistaken`` fail ``frequencies_match`` against ``want`` under
+    every seed (one token six standard deviations beyond the test's bound, or one that ``want``
+    rules out and ``mistaken`` draws about twelve times or more)."""
+    sd = lambda p: (p * (1 - p) / n).sqrt()  # noqa: E731
+    far = (mistaken - want).abs() > 5 * sd(want) + 3 / n + 6 * sd(mistaken)
+    impossible = (want == 0) & (mistaken * n > 12)
+    return bool((far | impossible).any())
+
+
+def tells_apart(n: int, mistakes, **inputs) -> bool:
+    """Whether ``n`` draws with ``exact(**inputs)`` tell the rule from each of ``mistakes``."""
+    want = exact(**inputs)
+    return all(visible(want, exact(**inputs, mistake=m), n) for m in mistakes)
 
 
 def sample(student, rng, logits, prev=None, **options):
@@ -819,12 +887,10 @@ def test_sample_temperature(student, rng):
 @pytest.mark.points(1, cell="check_sample_next_token")
 @pytest.mark.forbid(*BOOK_SAMPLING)
 def test_sample_min_p_after_the_temperature(student, rng):
-    for _ in range(200):  # logits where min-p before the temperature keeps other tokens
+    while True:  # logits where min-p before the temperature (or on logits) draws otherwise
         logits = torch.randn(draw(rng, 6, 15), generator=rng) * 1.5
         t, mp = 1.8, float(torch.empty(()).uniform_(0.1, 0.4, generator=rng))
-        after = torch.isfinite(key.min_p_filter(logits / t, mp))
-        before = torch.isfinite(key.min_p_filter(logits, mp))
-        if not torch.equal(after, before):
+        if tells_apart(DRAWS, MIN_P_MISTAKES, logits=logits, temperature=t, min_p=mp):
             break
     ids = sample(student, rng, logits, temperature=t, min_p=mp)
     frequencies_match(
@@ -837,10 +903,14 @@ def test_sample_min_p_after_the_temperature(student, rng):
 @pytest.mark.points(1, cell="check_sample_next_token")
 @pytest.mark.forbid(*BOOK_SAMPLING)
 def test_sample_with_the_penalty(student, rng):
-    V = draw(rng, 6, 15)
-    logits = torch.randn(V, generator=rng) * 1.5
-    prev = torch.tensor([int(logits.argmax()), int(logits.argmin()), draw(rng, 0, V - 1)])
-    theta = float(torch.empty(()).uniform_(1.5, 3.0, generator=rng))
+    while True:  # the most likely token seen twice; logits where each usual mistake shows
+        V = draw(rng, 6, 15)
+        logits = torch.randn(V, generator=rng) * 1.5
+        top, bottom = int(logits.argmax()), int(logits.argmin())
+        prev = torch.tensor([top, bottom, draw(rng, 0, V - 1), top])
+        theta = float(torch.empty(()).uniform_(1.5, 3.0, generator=rng))
+        if tells_apart(DRAWS, PENALTY_MISTAKES, logits=logits, prev=prev, penalty=theta):
+            break
     ids = sample(student, rng, logits, prev, penalty=theta)
     frequencies_match(
         ids, exact(logits, prev, penalty=theta), f"sample_next_token(prev_ids, penalty={theta:.2f})"
@@ -850,11 +920,22 @@ def test_sample_with_the_penalty(student, rng):
 @pytest.mark.points(1, cell="check_sample_next_token")
 @pytest.mark.forbid(*BOOK_SAMPLING)
 def test_sample_all_together_row_by_row(student, rng):
-    V = draw(rng, 6, 12)
-    logits = torch.randn(2, V, generator=rng) * 1.5
-    prev = torch.stack([logits[0].topk(2).indices, logits[1].topk(2).indices.flip(0)])
-    prev[1, 0] = int(logits[1].argmin())
     theta, t, mp = 2.5, 0.8, 0.05
+    while True:  # logits where each usual mistake shows in one of the two rows
+        V = draw(rng, 6, 12)
+        logits = torch.randn(2, V, generator=rng) * 1.5
+        prev = torch.stack([logits[0].topk(2).indices, logits[1].topk(2).indices.flip(0)])
+        prev[1, 0] = int(logits[1].argmin())
+        options = dict(temperature=t, penalty=theta, min_p=mp)
+        if all(
+            any(
+                tells_apart(DRAWS // 2, [m], logits=logits[b], prev=prev[b], **options)
+                for b in range(2)
+            )
+            for m in PENALTY_MISTAKES + MIN_P_MISTAKES
+            if m != "penalty_per_occurrence"  # no token is seen twice here
+        ):
+            break
     rows = logits.repeat_interleave(DRAWS // 2, dim=0)
     prev_rows = prev.repeat_interleave(DRAWS // 2, dim=0)
     ids = student.sample_next_token.unmodified(
@@ -878,8 +959,8 @@ def test_sample_all_together_row_by_row(student, rng):
 # --------------------------------------------------------------------------------------------
 
 
-def gpt_setup(student, rng):
-    """The book's GPT with drawn weights: ``ref`` here and the same in the worker (float64)."""
+def gpt_ref(rng):
+    """The book's GPT with drawn weights (float64) and its sizes."""
     from course_lib.models import create
 
     sizes = dict(
@@ -894,6 +975,12 @@ def gpt_setup(student, rng):
     with torch.no_grad():
         for p in ref.parameters():
             p.copy_(torch.randn(p.shape, generator=rng, dtype=p.dtype) * 0.8)
+    return ref, sizes
+
+
+def gpt_setup(student, rng, ref_and_sizes=None):
+    """The book's GPT with drawn weights: ``ref`` here and the same in the worker (float64)."""
+    ref, sizes = ref_and_sizes or gpt_ref(rng)
     factory = student.build("course_lib.models.gpt.PRESETS.get", "gpt-tiny")
     mine = factory(**sizes)
     mine.double()
@@ -902,14 +989,30 @@ def gpt_setup(student, rng):
     return ref, mine, sizes
 
 
+@torch.no_grad()
+def greedy(ref, prompt: Tensor, new: int, penalty: float, mistake: str | None = None) -> Tensor:
+    """Greedy generation without a cache (with a usual ``mistake`` in the penalty)."""
+    idx = prompt
+    for _ in range(new):
+        last = penalised(ref(idx)[:, -1], idx, penalty, mistake)  # (B, V)
+        idx = torch.cat([idx, last.argmax(-1, keepdim=True)], dim=1)
+    return idx
+
+
 @pytest.mark.points(1, cell="check_generate")
 @pytest.mark.forbid(*BOOK_SAMPLING)
 def test_generate_greedy_with_the_penalty(student, rng):
-    ref, mine, sizes = gpt_setup(student, rng)
-    T = draw(rng, 2, 5)
-    new = sizes["block_size"] - T - draw(rng, 0, 2)
-    prompt = torch.randint(sizes["vocab_size"], (draw(rng, 2, 3), T), generator=rng)
-    theta = float(torch.empty(()).uniform_(2.0, 4.0, generator=rng))
+    while True:  # weights and prompts where the usual penalty mistakes change the tokens
+        ref, sizes = gpt_ref(rng)
+        T = draw(rng, 2, 5)
+        new = sizes["block_size"] - T - draw(rng, 0, 2)
+        prompt = torch.randint(sizes["vocab_size"], (draw(rng, 2, 3), T), generator=rng)
+        theta = float(torch.empty(()).uniform_(2.0, 4.0, generator=rng))
+        want = greedy(ref, prompt, new, theta)
+        mistakes = ("penalty_inverted", "penalty_per_occurrence", "penalty_left_out")
+        if all(not torch.equal(greedy(ref, prompt, new, theta, m), want) for m in mistakes):
+            break
+    ref, mine, sizes = gpt_setup(student, rng, (ref, sizes))
     want = key.generate(ref, prompt, new, greedy=True, penalty=theta)
     got = student.generate.unmodified(mine, prompt, new, greedy=True, penalty=theta)
     assert isinstance(got, Tensor) and tuple(got.shape) == tuple(want.shape), (
@@ -924,17 +1027,27 @@ def test_generate_greedy_with_the_penalty(student, rng):
 @pytest.mark.points(1, cell="check_generate")
 @pytest.mark.forbid(*BOOK_SAMPLING)
 def test_generate_samples_with_the_options(student, rng):
-    ref, mine, sizes = gpt_setup(student, rng)
-    prompt = torch.randint(sizes["vocab_size"], (1, draw(rng, 2, 5)), generator=rng)
-    t, theta = 1.4, 2.0
-    with torch.no_grad():
-        last = ref(prompt)[0, -1]
-    # min-p between the second most likely token's probability p2 and p2 / p_max: min-p keeps
-    # that token and a threshold that is not scaled by p_max removes it, under every name (a
-    # fixed min_p = 0.05 told them apart only when some token fell between the two)
-    top2 = exact(last, prompt[0], temperature=t, penalty=theta).topk(2).values
-    mp = round(float(top2[1] / top2[0].sqrt()), 4)
-    n = 8000
+    t, theta, n = 1.4, 2.0, 8000
+    found = False
+    while not found:  # weights and a prompt (a token seen twice) where each usual mistake shows
+        ref, sizes = gpt_ref(rng)
+        for _ in range(10):
+            prompt = torch.randint(sizes["vocab_size"], (1, draw(rng, 2, 5)), generator=rng)
+            prompt[0, -1] = prompt[0, 0]
+            with torch.no_grad():
+                last = ref(prompt)[0, -1]
+            # min-p between the second most likely token's probability p2 and p2 / p_max: min-p
+            # keeps that token and a threshold that is not scaled by p_max removes it, under
+            # every name (a fixed min_p = 0.05 told them apart only when a token fell between)
+            top2 = exact(last, prompt[0], temperature=t, penalty=theta).topk(2).values
+            mp = round(float(top2[1] / top2[0].sqrt()), 4)
+            options = dict(temperature=t, penalty=theta, min_p=mp)
+            # (min-p's threshold above shows min_p_absolute and min_p_left_out)
+            mistakes = PENALTY_MISTAKES + ("min_p_on_logits", "min_p_first")
+            found = tells_apart(n, mistakes, logits=last, prev=prompt[0], **options)
+            if found:
+                break
+    ref, mine, sizes = gpt_setup(student, rng, (ref, sizes))
     got = student.generate(
         mine, prompt.expand(n, -1).clone(), 2, temperature=t, penalty=theta, min_p=mp
     )
