@@ -73,7 +73,7 @@ test-lib test-grader test-book test-course: test-%: install
 	$(PY) -m pytest -n 2 --dist loadgroup tests/$*
 
 ## mutants: the full mutation sweep: every catalogued mistake of every assignment under three
-## student names (make test grades every mistake under one name and every fourth under three).
+## student names (make test grades every mistake under one name and every eighth under three).
 mutants: install
 	$(PY) -m autograder mutants --all --names 3 --strict --jobs 2
 
