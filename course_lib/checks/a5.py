@@ -17,16 +17,22 @@ size, nW windows, d head dim.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from .core import CheckFailed, check_close, check_gradients, check_shape, close, passed
+from .core import (
+    CheckFailed,
+    call_student,
+    check_close,
+    check_gradients,
+    check_shape,
+    close,
+    passed,
+    recorded,
+)
 
-DATA = Path(__file__).resolve().parent / "recorded" / "a5_vision_transformers.pt"
 NOT_DIVISIBLE = (
     "The padding does not reach multiples of the {what}: pad by (-H) % {size} rows and (-W) % "
     "{size} columns. Are the paddings of H and W swapped? F.pad lists the last dimension first: "
@@ -34,25 +40,11 @@ NOT_DIVISIBLE = (
 )
 
 
-@cache
 def _recorded() -> dict[str, Any]:
-    return torch.load(DATA, weights_only=True)
+    return recorded("a5_vision_transformers")
 
 
-def _call(fn: Callable[..., Any], *args: Any, what: str, hint: str = "", **kwargs: Any) -> Any:
-    """Call the student's code; turn a crash into a message that says where to look."""
-    try:
-        return fn(*args, **kwargs)
-    except NotImplementedError:
-        raise CheckFailed(
-            f"{what} is not implemented yet (it raises NotImplementedError)"
-        ) from None
-    except CheckFailed:
-        raise
-    except Exception as error:  # noqa: BLE001 (any error of the student's code is reported)
-        raise CheckFailed(
-            f"{what} raised {type(error).__name__}: {error}" + (f". {hint}" if hint else "")
-        ) from error
+_call = call_student
 
 
 def _load(module: nn.Module, state: dict[str, Tensor], what: str) -> None:

@@ -8,11 +8,15 @@ Shape legend used in messages: B batch, T tokens (T_q queries, T_k keys), D head
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
+
+RECORDED = Path(__file__).resolve().parent / "recorded"
 
 
 class CheckFailed(AssertionError):
@@ -22,6 +26,31 @@ class CheckFailed(AssertionError):
 def passed(what: str) -> None:
     """Print the one-line success message of a check cell."""
     print(f"\N{CHECK MARK} {what}")
+
+
+@cache
+def recorded(assignment: str) -> dict[str, Any]:
+    """The reference answers recorded for ``assignment``'s visible checks
+    (``recorded/<assignment>.pt``, written by the recorder beside its hidden suite)."""
+    return torch.load(RECORDED / f"{assignment}.pt", weights_only=True)
+
+
+def call_student(
+    fn: Callable[..., Any], *args: Any, what: str, hint: str = "", **kwargs: Any
+) -> Any:
+    """Call the student's code; turn a crash into a message that says where to look."""
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        raise CheckFailed(
+            f"{what} is not implemented yet (it raises NotImplementedError)"
+        ) from None
+    except CheckFailed:
+        raise
+    except Exception as error:  # noqa: BLE001 (any error of the student's code is reported)
+        raise CheckFailed(
+            f"{what} raised {type(error).__name__}: {error}" + (f". {hint}" if hint else "")
+        ) from error
 
 
 def _fmt_shape(shape: Sequence[Any]) -> str:
