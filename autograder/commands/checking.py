@@ -1,4 +1,5 @@
-"""Checking the course's own material: ``check``, ``selfgrade``, ``fairness``, ``mutants``."""
+"""Checking the course's own material: ``check``, ``rules``, ``selfgrade``, ``fairness``,
+``mutants``, ``corpus``."""
 
 from __future__ import annotations
 
@@ -25,6 +26,38 @@ def check(args: argparse.Namespace, course: Course) -> int:
     from autograder.tools.selfcheck import check
 
     return check(course, args.assignment, trusted_options(args), with_samples=args.samples)
+
+
+@command(
+    "corpus",
+    "grade the independent correct variants under many names; any lost point fails",
+    arg("assignments", nargs="*", help="one or more assignments"),
+    arg("--all", action="store_true", help="every assignment with a corpus"),
+    arg("--names", type=int, default=8, help="student names per variant (default 8)"),
+    arg("--min-variants", type=int, default=8, help="variants each graded cell needs (8)"),
+    arg("--out", help="folder for corpus-<name>.json (default grading/)"),
+    limits=True,
+)
+def corpus(args: argparse.Namespace, course: Course) -> int:
+    from autograder.tools.corpus import corpus, with_corpus
+
+    names = with_corpus(course) if args.all else args.assignments
+    if not names:
+        raise SetupError("corpus: name one or more assignments, or --all")
+    out = Path(args.out) if args.out else course.grading_dir
+    return corpus(course, names, trusted_options(args), out, people=args.names,
+                  min_variants=args.min_variants)  # fmt: skip
+
+
+@command(
+    "rules",
+    "each rule the notebook states has a hidden test (suites/<name>/rules.yml)",
+    arg("assignments", nargs="+"),
+)
+def rules(args: argparse.Namespace, course: Course) -> int:
+    from autograder.tools.rules import rules
+
+    return rules(course, args.assignments)
 
 
 @command(

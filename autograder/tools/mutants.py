@@ -163,11 +163,32 @@ def mutants(
 ) -> int:
     """Grade ``name``'s catalogue (``runners``: warm runners shared with other assignments,
     started under :func:`skipping`)."""
+    catalogue = load_catalogue(course, name)
+    table, top = grade_catalogue(
+        course, name, options, catalogue, names=names, every=every, runners=runners
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(table, indent=1), encoding="utf-8")
+    return report(name, table, top, strict)
+
+
+def grade_catalogue(
+    course: Course,
+    name: str,
+    options: Options,
+    catalogue: dict[str, dict],
+    *,
+    names: int = 3,
+    every: int = 1,
+    runners: Runners | None = None,
+) -> tuple[list[dict], float]:
+    """Grade the reference and each entry of ``catalogue`` (patches of the reference) under
+    ``names`` student names (every ``every``-th mistake only under all), run the visible checks
+    of each; the rows of the report and the points at stake."""
     import torch
 
     from autograder.tools.fairness import student_names
 
-    catalogue = load_catalogue(course, name)
     source = to_notebook(source_path(course, name).read_text(encoding="utf-8"), name)
     skip = SKIP
     people = student_names(max(1, names))
@@ -186,8 +207,8 @@ def mutants(
             else:
                 everyone.append(mistakes % max(1, every) == 0)
                 mistakes += 1
-            nb = submission(source, spec["cells"], f"mutants.yml: {mutant}")
-            folder = Path(tmp) / mutant
+            nb = submission(source, spec["cells"], f"{name}: {mutant}")
+            folder = Path(tmp) / mutant.replace("/", "--")
             folder.mkdir()
             notebooks = {}
             for notebook in release:
@@ -228,11 +249,20 @@ def mutants(
                     for test, result in group[0].get("tests", {}).items()
                     if result["points"] < reference[test]["points"] - TOLERANCE
                 ),
+                "failures": failures(group, reference),
             }
         )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(table, indent=1), encoding="utf-8")
-    return report(name, table, top, strict)
+    return table, top
+
+
+def failures(group: list[dict], reference: dict) -> dict[str, str]:
+    """``test -> 'student: message'`` for each test that loses points under some name."""
+    out: dict[str, str] = {}
+    for row in group:
+        for test, result in row.get("tests", {}).items():
+            if test not in out and result["points"] < reference[test]["points"] - TOLERANCE:
+                out[test] = f"{row.get('student', '?')}: {(result.get('message') or '')[:300]}"
+    return out
 
 
 def report(name: str, table: list[dict], top: float, strict: bool) -> int:

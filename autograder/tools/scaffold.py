@@ -12,6 +12,8 @@ Writes, and refuses to overwrite any of them:
 - ``autograder/suites/<name>/<aN>_key.py``: the answer key beside it, which the hidden tests
   compare with (graded answers live here, never in ``course_lib``, which students get whole;
   ``python -m autograder embargo scan`` looks for its statements in what students get);
+- ``autograder/suites/<name>/rules.yml``: the rule table (each rule the notebook states, quoted,
+  and the tests that grade it; ``python -m autograder rules <name>``);
 - ``autograder/suites/<name>/mutants.yml``: three usual mistakes and one correct rewrite for
   ``python -m autograder mutants <name>`` (each mistake loses points and its check names it);
 - ``course_lib/checks/<aN>.py``: the visible check the check cell calls;
@@ -172,6 +174,20 @@ def softmax(x: Tensor) -> Tensor:
     return z / z.sum(dim=-1, keepdim=True)
 '''
 
+RULES = """\
+# Each rule the notebook states, quoted from the student notebook, and the hidden tests that grade
+# it (python -m autograder rules <name>; check fails on a rule word with no entry).
+- rule: "over the last dimension"
+  tests: [test_softmax_matches_the_key]
+  points: 1
+- rule: "stable for large inputs"
+  tests: [test_softmax_is_stable_for_large_inputs]
+  points: 1
+- rule: "Do not call `torch.softmax`"
+  tests: [test_softmax_matches_the_key, test_softmax_is_stable_for_large_inputs]
+  points: 2
+"""
+
 CHECKS = '''"""Visible checks of {title}.
 
 The check cells of ``{name}.ipynb`` import them.
@@ -298,6 +314,7 @@ def files(course: Course, name: str) -> dict[Path, str]:
         course.suite_dir(name) / f"{module}_key.py": KEY.format(**fmt),
         course.root / "course_lib" / "checks" / f"{module}.py": CHECKS.format(**fmt),
         course.suite_dir(name) / "mutants.yml": MUTANTS.format(**fmt),
+        course.suite_dir(name) / "rules.yml": RULES,
         course.samples_dir(name) / "samples.yml": SAMPLES.format(**fmt),
         course.samples_dir(name) / "expected.json": expected,
     }

@@ -123,8 +123,13 @@ def _details(row: dict) -> list[str]:
 
 
 def check(course: Course, assignment: str, options: Options, *, with_samples: bool = False) -> int:
+    from autograder.tools.rules import print_table as print_rules
+    from autograder.tools.rules import problems_and_table
+
     with Grader(course, assignment, options) as grader:
         problems = consistency(grader)
+        rule_problems, rule_rows = problems_and_table(course, assignment)
+        problems += rule_problems
         release = list(grader.release)
         ref = reference_submission(course, assignment, release)
         if not any(ref.notebooks.values()):
@@ -147,6 +152,7 @@ def check(course: Course, assignment: str, options: Options, *, with_samples: bo
     if with_samples:
         table += compare(assignment, extra, rows[3:], expected)
     print_table(table)
+    print_rules(assignment, rule_rows)
     for p in problems:
         print(f"error: {p}", file=sys.stderr)
     ok = all(r["ok"] for r in table) and not problems

@@ -1,0 +1,141 @@
+"""``corpus``: correct work written by people who never read the key scores full marks.
+
+    python -m autograder corpus a3_transformer --names 8      # make test: 8 names
+    python -m autograder corpus --all --names 20              # make fairness: the full sweep
+
+The independent corpus, ``autograder/samples/<name>/independent/*.yml``, holds correct variants of
+every graded function, written from the student material only (the released notebook, the book
+and ``course_lib``) by authors who were not shown the key, the hidden suite or the samples: loops,
+einsum, float64 inside, other valid algorithms, other tie orders, printing and plotting inside
+the function. Each file is a catalogue in the samples' format (whole cells by ``grade_id``), every
+entry ``equivalent: true``::
+
+    loops_everywhere:
+      description: explicit loops over batch and time
+      equivalent: true
+      cells:
+        luong_align:
+          code: |
+            def luong_align(...): ...
+
+Each variant is graded under ``--names`` student names and its visible checks are run in order
+(as ``mutants`` does for its correct rewrites). A variant that loses any point under any name,
+or that fails a visible check, is a test (or check) judging something the notebook does not
+state: the report names the test, the student and the message. The coverage table counts the
+variants per graded cell (the issue's bar: at least 8). Rows go to ``grading/corpus-<name>.json``;
+exit status 1 when any variant loses a point or fails a check, or a cell has fewer than
+``--min-variants`` variants.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from autograder.course.layout import Course
+from autograder.host.options import Options
+from autograder.host.pool import Runners
+from autograder.tools.authoring import AuthoringError, kind_of, source_path, to_notebook
+from autograder.tools.mutants import grade_catalogue
+
+KEYS = {"description", "equivalent", "cells"}
+
+
+def corpus_files(course: Course, name: str) -> list[Path]:
+    return sorted((course.samples_dir(name) / "independent").glob("*.yml"))
+
+
+def with_corpus(course: Course) -> list[str]:
+    """The assignments that have an independent corpus."""
+    root = course.root / "autograder" / "samples"
+    return sorted({p.parent.parent.name for p in root.glob("*/independent/*.yml")})
+
+
+def load_corpus(course: Course, name: str) -> dict[str, dict]:
+    """``author/variant -> spec`` from every file of ``name``'s corpus, checked."""
+    import yaml
+
+    out: dict[str, dict] = {}
+    for path in corpus_files(course, name):
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if not isinstance(data, dict):
+            raise AuthoringError(f"{path}: a mapping of variant name -> description, cells")
+        for variant, spec in data.items():
+            where = f"{path}: {variant}"
+            if not isinstance(spec, dict) or set(spec) - KEYS or "cells" not in spec:
+                raise AuthoringError(f"{where}: keys {sorted(KEYS)}")
+            if spec.get("equivalent") is not True:
+                raise AuthoringError(f"{where}: the corpus holds correct work (equivalent: true)")
+            out[f"{path.stem}/{variant}"] = spec
+    return out
+
+
+def coverage(course: Course, name: str, corpus: dict[str, dict]) -> dict[str, int]:
+    """Variants per graded solution cell (the cells a check cell grades)."""
+    nb = to_notebook(source_path(course, name).read_text(encoding="utf-8"), name)
+    cells = [c.id for c in nb.cells if c.cell_type == "code" and kind_of(c) == "solution"]
+    counts = {cell: 0 for cell in cells}
+    for spec in corpus.values():
+        for cell in spec["cells"]:
+            if cell not in counts:
+                raise AuthoringError(f"{name}: the corpus names {cell!r}, not a solution cell")
+            counts[cell] += 1
+    return counts
+
+
+def corpus(
+    course: Course,
+    names: list[str],
+    options: Options,
+    out_dir: Path,
+    *,
+    people: int = 8,
+    min_variants: int = 8,
+    skip_cells: frozenset[str] = frozenset({"train_vit"}),
+) -> int:
+    status = 0
+    with Runners(course, options, [course.suite_dir(n) for n in names]) as runners:
+        for name in names:
+            catalogue = load_corpus(course, name)
+            if not catalogue:
+                print(f"corpus {name}: no variants in {course.samples_dir(name) / 'independent'}")
+                status = 1
+                continue
+            counts = coverage(course, name, catalogue)
+            table, top = grade_catalogue(
+                course, name, options, catalogue, names=people, runners=runners
+            )
+            out = out_dir / f"corpus-{name}.json"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps({"coverage": counts, "rows": table}, indent=1))
+            status |= report(name, table, top, counts, people, min_variants, skip_cells)
+    return status
+
+
+def report(
+    name: str,
+    table: list[dict],
+    top: float,
+    counts: dict[str, int],
+    people: int,
+    min_variants: int,
+    skip_cells: frozenset[str],
+) -> int:
+    wrong = [r for r in table if any(r["lost"]) or r["message"]]
+    thin = {c: n for c, n in counts.items() if n < min_variants and c not in skip_cells}
+    print(f"corpus {name}: {len(table) - 1} independent variants under {people} names")
+    print("  variants per graded cell: " + ", ".join(f"{c} {n}" for c, n in counts.items()))
+    for r in wrong:
+        lost = ",".join(f"{x:g}" for x in r["lost"])
+        print(f"  LOSES {r['mutant']}: lost {lost} of {top:g} (per name)")
+        for test, message in r.get("failures", {}).items():
+            print(f"      {test}: {message[:200]}")
+        if r["message"]:
+            print(f"      visible check: {r['message'][:200]}")
+    if thin:
+        print(f"  fewer than {min_variants} variants: {', '.join(thin)}")
+    print(
+        f"corpus {name}: {len(table) - 1 - len(wrong)}/{len(table) - 1} at full marks under "
+        f"every name and passing every visible check"
+    )
+    return 1 if wrong or thin else 0
