@@ -13,7 +13,7 @@ NO_DEPS_PINS := timm==1.0.31
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 ASSIGNMENTS := $(notdir $(wildcard solutions/a*_*))
 
-.PHONY: all course install book release selfgrade summary test lint pytest clean student-bundle new-assignment test-lib test-grader test-book test-course mutants
+.PHONY: all course install book release selfgrade summary test lint pytest clean student-bundle new-assignment test-lib test-grader test-book test-course mutants fairness
 
 all: course
 
@@ -77,6 +77,12 @@ test-lib test-grader test-book test-course: test-%: install
 mutants: install
 	$(PY) -m autograder mutants --all --names 3 --strict --jobs 2
 
+## fairness: the full fairness sweep under 20 student names: every independent correct variant
+## (autograder/samples/<name>/independent/) at full marks, and the reference, blank and samples
+## scoring the same under every name (make test grades the corpus under 8 names).
+fairness: install
+	$(PY) -m autograder corpus --all --names 20 --jobs 2
+	$(PY) -m autograder fairness $(ASSIGNMENTS) --names 20 --jobs 2
 
 ## student-bundle: dist/student/ and dist/student.zip for students: the released notebooks, the
 ## public wheel of course_lib, the book (NO_BOOK=1 leaves it out), a README; the build scans it for

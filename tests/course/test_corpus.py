@@ -1,0 +1,51 @@
+"""The independent corpus: correct work the key's authors did not write scores full marks.
+
+``autograder/samples/<name>/independent/*.yml`` holds correct variants of every graded function,
+written from the student material only (``autograder/tools/corpus.py``). ``make test`` grades each
+variant under 8 student names and runs its visible checks: a lost point or a failed check is a
+test judging something the notebook does not state. ``make fairness`` runs the sweep under 20.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import time_limits
+
+from autograder.course.layout import Course
+from autograder.tools.corpus import coverage, load_corpus, with_corpus
+
+ROOT = Path(__file__).resolve().parents[2]
+COURSE = Course(ROOT)
+GRADER = [sys.executable, "-m", "autograder", "--course-dir", str(ROOT)]
+ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").glob("a*_*") if p.is_dir())
+
+
+def test_every_assignment_has_a_corpus_of_eight_variants_per_graded_cell():
+    assert with_corpus(COURSE) == ASSIGNMENTS
+    for name in ASSIGNMENTS:
+        counts = coverage(COURSE, name, load_corpus(COURSE, name))
+        thin = {c: n for c, n in counts.items() if n < 8 and c != "train_vit"}
+        assert not thin, f"{name}: fewer than 8 independent variants of {thin}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_independent_variants_lose_nothing_under_eight_names(name, tmp_path):
+    out = time_limits.run(
+        [*GRADER, "corpus", name, "--names", "8", "--jobs", "2", "--quiet", "--out", str(tmp_path)],
+        cpu=2400,
+    )
+    report = tmp_path / f"corpus-{name}.json"
+    assert report.exists(), out.stdout[-4000:] + out.stderr[-4000:]
+    rows = json.loads(report.read_text())["rows"]
+    wrong = [
+        f"{r['mutant']}: lost {r['lost']} per name; {r['failures']}; check: {r['message']}"
+        for r in rows
+        if any(r["lost"]) or r["message"]
+    ]
+    assert not wrong, f"{name}: correct variants that lose points\n" + "\n".join(wrong)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
