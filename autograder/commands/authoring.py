@@ -73,3 +73,27 @@ def similarity(args: argparse.Namespace, course: Course) -> int:
     from autograder.tools.similarity import main as similarity
 
     return similarity(args, course)
+
+
+@command(
+    "insight",
+    "what the class got wrong: named mistakes, scores, tests (insight.html, after grade)",
+    arg("assignments", nargs="+", help="one or more graded assignments (several: trajectory)"),
+    arg("--out", help="grade's output folder (default autograder_out/<assignment>)"),
+    arg("--submissions", help="where the submissions are, for snippets (default submitted/)"),
+    arg("--mutants", help="the catalogue's graded run (default grading/mutants-<name>.json)"),
+    arg("--names", action="store_true", help="show student names (default: none)"),
+)
+def insight(args: argparse.Namespace, course: Course) -> int:
+    from pathlib import Path
+
+    from autograder.tools.insight import insight
+
+    return insight(
+        course,
+        args.assignments,
+        out_root=Path(args.out) if args.out else None,
+        mutants_json=Path(args.mutants) if args.mutants else None,
+        submissions=Path(args.submissions) if args.submissions else None,
+        show_names=args.names,
+    )
