@@ -64,6 +64,18 @@ _NO_RELOAD = {
 }  # fmt: skip
 SEALED_EVENT = "autograder.sealed_import"
 CREATE_EVENT = "autograder.create_builtin"
+RENAME_EVENT = "autograder.fix_co_filename"
+# What makes a grader function behave as it does: never changed by student code.
+_FUNCTION_STATE = ("__code__", "__defaults__", "__kwdefaults__")
+
+
+def _fix_co_filename(code: Any, path: Any) -> None:
+    """Stands in for ``_imp._fix_co_filename`` (importlib renames the code it loads): the check
+    and the original live only in the audit hook, so no closure of this module holds them."""
+    out: list = []
+    sys.audit(RENAME_EVENT, code, path, out)
+    if not out:
+        raise PermissionError("renaming code is not allowed while grading")
 
 
 def _create_builtin(spec: Any) -> Any:
@@ -287,8 +299,29 @@ def install_audit_hook(
     import _imp
 
     create_builtin = _imp.create_builtin
+    fix_co_filename = _imp._fix_co_filename
+    if fix_co_filename is _fix_co_filename:  # a hook installed before holds the original
+        fix_co_filename = None
+    function_type = types.FunctionType
+
+    def rename(code: Any, path: Any) -> None:
+        """``_imp._fix_co_filename``: never renames student code to an allow-listed file."""
+        if type(code) is not code_type:
+            raise TypeError("expected a code object")
+        if kind(fsdecode(path) if type(path) in (str_type, bytes_type) else path) != "student":
+            if kind(code.co_filename) == "student":
+                refuse("renaming code after a library file")
+        fix_co_filename(code, path)
+
+    def grader_function(obj: Any) -> bool:
+        return type(obj) is function_type and kind(obj.__code__.co_filename) == "grader"
 
     def hook(event: str, args: tuple) -> None:
+        if event == RENAME_EVENT and fix_co_filename is not None:
+            code, path, out = args
+            rename(code, path)
+            out.append(None)
+            return
         if event == CREATE_EVENT:
             spec, out = args
             if getattr(spec, "name", None) in _NO_RELOAD and not trusted[0]:
@@ -346,8 +379,13 @@ def install_audit_hook(
             refuse(event)
         elif event in ("object.__getattr__", "object.__setattr__", "object.__delattr__"):
             name = args[1] if len(args) > 1 else ""
-            if name == "__code__" and event != "object.__getattr__":
+            if event != "object.__getattr__" and (
+                name == "__code__" or (name in _FUNCTION_STATE and grader_function(args[0]))
+            ):
                 refuse(f"{event} {name!r}")
+            if name == "__class__" and event != "object.__getattr__":
+                if any(type(args[0]) is p for p in protected):  # the detector's modes
+                    refuse(f"changing the class of {type(args[0]).__name__}")
             if name in _FRAME_ATTRIBUTES and caller_is_student():  # library code (traceback
                 refuse(f"{event} {name!r}")  # printing) may; what hands frames out is refused
             if event != "object.__getattr__" and any(args[0] is p for p in protected):
@@ -366,21 +404,9 @@ def install_audit_hook(
     def leave() -> None:
         trusted[0] -= 1
 
-    fix_co_filename = _imp._fix_co_filename
-
-    def rename(code: Any, path: Any) -> None:
-        """``_imp._fix_co_filename`` (importlib renames the code it loads): never renames
-        student code to an allow-listed file."""
-        if type(code) is not code_type:
-            raise TypeError("expected a code object")
-        if kind(fsdecode(path) if type(path) in (str_type, bytes_type) else path) != "student":
-            if kind(code.co_filename) == "student":
-                refuse("renaming code after a library file")
-        return fix_co_filename(code, path)
-
     sys.addaudithook(hook)
     _imp.create_builtin = _create_builtin
-    _imp._fix_co_filename = rename
+    _imp._fix_co_filename = _fix_co_filename
     return Trust(enter, leave, labels, take)
 
 

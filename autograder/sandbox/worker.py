@@ -38,6 +38,7 @@ from autograder.sandbox.detector import (  # noqa: E402
     mode_stacks,
     resolve,
     same_stacks,
+    seal,
 )
 from autograder.wire import protocol  # noqa: E402
 
@@ -66,27 +67,39 @@ class _Missing(NameError):
     the student's code)."""
 
 
+def _capture_init(self: Any, limit: int = 4000) -> None:
+    self.limit, self.parts, self.size, self.dropped = limit, [], 0, 0
+
+
+def _capture_writable(self: Any) -> bool:
+    return True
+
+
+def _capture_write(self: Any, text: Any, _str: Any = str, _len: Any = len, _min: Any = min,
+                   _max: Any = max) -> int:  # fmt: skip
+    text = _str(text)
+    room = self.limit - self.size
+    if room > 0:
+        self.parts.append(text[:room])
+        self.size += _min(room, _len(text))
+    self.dropped += _max(0, _len(text) - _max(room, 0))
+    return _len(text)
+
+
+def _capture_text(self: Any) -> str:
+    out = "".join(self.parts)
+    return out + (f"\n[... {self.dropped} more characters]" if self.dropped else "")
+
+
 class _Capture(io.TextIOBase):
-    """Keeps the first ``limit`` characters written; the rest is counted and dropped."""
+    """Keeps the first ``limit`` characters written; the rest is counted and dropped. Student
+    code holds it (``sys.stdout``): its methods are sealed (no globals, no closure), so it leads
+    nowhere (``type(sys.stdout).write.__globals__`` is an empty namespace)."""
 
-    def __init__(self, limit: int = 4000):
-        self.limit, self.parts, self.size, self.dropped = limit, [], 0, 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, text: str) -> int:
-        text = str(text)
-        room = self.limit - self.size
-        if room > 0:
-            self.parts.append(text[:room])
-            self.size += min(room, len(text))
-        self.dropped += max(0, len(text) - max(room, 0))
-        return len(text)
-
-    def text(self) -> str:
-        out = "".join(self.parts)
-        return out + (f"\n[... {self.dropped} more characters]" if self.dropped else "")
+    __init__ = seal(_capture_init)
+    writable = seal(_capture_writable)
+    write = seal(_capture_write)
+    text = seal(_capture_text)
 
 
 def _snapshot(value: Any) -> Any:
