@@ -1,11 +1,14 @@
 """Similarity report: ours against Dolos and copydetect on the corpus, and its time at 150.
 
 1. The corpus (tests/grader/fixtures/similarity: per assignment, A2 and A3, a class of 32
-   independent solutions, a past year of 8, and 11 disguised copies of the reference, of peers,
-   of a copy and of the past year). Every pair of owners (student ~ student, student ~ reference,
-   student ~ past submission) is ranked by each tool; the table gives precision and recall at the
-   tool's threshold, the best F1 over all thresholds, the weakest copy and the strongest
-   independent pair, and the rank of every true copy pair.
+   independent solutions, a past year of 8, 8 independent rewrites as the background, and 13
+   disguised copies of the reference (two heavily: helpers, dead code, other vocabulary and
+   containers), of peers, of a copy and of the past year; then a class of 8 where 4 hand in the
+   reference word for word, the key shared by half the class). Every pair of owners
+   (student ~ student, student ~ reference, student ~ past submission) is ranked by each tool;
+   the table gives precision and recall at the tool's threshold, the best F1 over all
+   thresholds, the weakest copy and the strongest independent pair, and the rank of every true
+   copy pair.
 2. Dolos (``@dodona/dolos-lib``, tree-sitter, winnowing; npm) and copydetect (pip) see the same
    code: per owner, one .py file with its graded cells as written; the release's graded cells
    are the template (Dolos's ignored file, copydetect's boilerplate). A tool that is not
@@ -60,10 +63,11 @@ README_GRADE = (100, 205.0)  # README: 100 A4 submissions graded in 205 s (--job
 def ours(klass: corpus.Class, work: Path) -> tuple[list[tuple[str, str, float]], float]:
     subs_dir = klass.write(work / "subs")
     past = klass.write_past(work)
+    background = klass.write_background(work)  # the instructor's rewrites: never the key
     start = time.perf_counter()
     builder = S.Builder(COURSE, klass.assignment)
     subs = discover(subs_dir, klass.assignment, list(builder.release_nbs))
-    result = S.analyse(builder, subs, past=[past])
+    result = S.analyse(builder, subs, past=[past] if klass.past else [], background=[background])
     seconds = time.perf_counter() - start
     return [(m.a, m.b, m.score) for m in result.matches], seconds
 
@@ -348,6 +352,8 @@ def main() -> int:
         if not args.skip_tools:
             for assignment in corpus.CLASSES:
                 compare_tools(args, corpus.build(assignment), tmp / assignment)
+                # a key shared by half the class: 4 of 8 hand in the reference word for word
+                compare_tools(args, corpus.shared_key(assignment), tmp / f"{assignment}-shared")
         timing(args, tmp)
     return 0
 

@@ -23,6 +23,80 @@ def _private_bytecode() -> None:
     atexit.register(shutil.rmtree, sys.pycache_prefix, True)
 
 
+SIMILARITY_SECONDS = 600.0  # the similarity report's deadline (its own process), by default
+AFTER_ROWS_SECONDS = 900.0  # everything after the rows but similarity: pool, outputs, gradebook
+
+
+class Watchdog:
+    """Bounds what ``grade`` does once every row is written: if the command has not finished
+    ``seconds`` later, every thread's stack goes to stderr, the runners are killed and the process
+    exits with status 3 (the rows are on disk; what did not finish is a grader fault, never a
+    hang). A daemon thread: it fires while the main thread waits in C (a ``wait``, a pipe)."""
+
+    def __init__(self, seconds: float, what: str, kill: list | None = None):
+        import threading
+
+        self.seconds, self.what, self.kill = seconds, what, kill if kill is not None else []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="grade-watchdog", daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        if self.done.wait(self.seconds):
+            return
+        import faulthandler
+        import os
+
+        print(
+            f"grader fault: {self.what} did not finish within {self.seconds:g} s after the rows "
+            "were written (the rows, grades.csv and report.json are written; stacks below)",
+            file=sys.stderr,
+            flush=True,
+        )
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        for kill in self.kill:
+            try:
+                kill()
+            except Exception:  # noqa: BLE001 - exiting regardless
+                pass
+        sys.stderr.flush()
+        os._exit(3)
+
+    def stop(self) -> None:
+        self.done.set()
+
+
+def bounded_similarity(course: Course, assignment: str, subs: list, out: Path,
+                       seconds: float) -> bool:  # fmt: skip
+    """The similarity report in a child process with a deadline: a report never holds the
+    command (a pathological notebook, a bug). False (and said on stderr) if it was stopped."""
+    import multiprocessing
+
+    from autograder.tools.similarity import report_safely  # flags only: never changes a score
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    child = multiprocessing.get_context("fork").Process(
+        target=report_safely, args=(course, assignment, subs, out), daemon=True
+    )
+    child.start()
+    child.join(seconds)
+    if child.is_alive():
+        child.kill()
+        child.join(10)
+        print(
+            f"similarity report skipped: it did not finish within {seconds:g} s (stopped; the "
+            "grades are not affected; `python -m autograder similarity` runs it alone)",
+            file=sys.stderr,
+        )
+        return False
+    if child.exitcode != 0:
+        print(f"similarity report skipped: its process ended with status {child.exitcode}",
+              file=sys.stderr)  # fmt: skip
+        return False
+    return True
+
+
 def options_from(args: argparse.Namespace) -> Options:
     return Options(
         jobs=args.jobs,
@@ -64,6 +138,12 @@ def trusted_options(args: argparse.Namespace) -> Options:
     arg("--no-gradebook", action="store_true", help="do not write nbgrader's gradebook"),
     arg("--no-similarity", action="store_true", help="skip similarity.md/.html"),
     arg(
+        "--similarity-timeout",
+        type=float,
+        default=SIMILARITY_SECONDS,
+        help="stop the similarity report after this many seconds (%(default)g; grades unaffected)",
+    ),
+    arg(
         "--points-mismatch",
         choices=("refuse", "warn"),
         default="refuse",
@@ -77,7 +157,7 @@ def grade(args: argparse.Namespace, course: Course) -> int:
     3 the run finished but some rows are grader faults (their ``fault`` is "grader") or an
     output could not be written; 1 or 2 nothing was graded (configuration or usage error)."""
     from autograder.host.grader import Grader
-    from autograder.host.intake import discover, folder_submission, safe_name
+    from autograder.host.intake import discover, folder_submission
     from autograder.host.report import ReportWriter
 
     _private_bytecode()
@@ -121,6 +201,19 @@ def grade(args: argparse.Namespace, course: Course) -> int:
 
         rows = g.grade(subs, on_row=on_row)
         sandbox = g.sandbox_report
+        # every row is written: from here on, nothing may hang (runners, outputs, gradebook)
+        budget = AFTER_ROWS_SECONDS + (0 if args.no_similarity else args.similarity_timeout)
+        watchdog = Watchdog(budget, "grade", kill=[g.runners.kill] if g.runners else [])
+    try:
+        return _after_rows(args, course, g, rows, subs, out, writer, manual, sandbox)
+    finally:
+        watchdog.stop()
+
+
+def _after_rows(args, course, g, rows, subs, out, writer, manual, sandbox) -> int:  # noqa: ANN001
+    """What ``grade`` writes once every row is: the report, similarity, the gradebook."""
+    from autograder.host.intake import safe_name
+
     g.own_files.verify()  # every worker gone: before any late import and any other output
     answers = {}
     for row in rows:
@@ -128,9 +221,7 @@ def grade(args: argparse.Namespace, course: Course) -> int:
         row["manual_pending"] = manual
     writer.finish(rows)
     if not (args.no_similarity or args.gradescope) and subs:  # not on a Gradescope runner
-        from autograder.tools.similarity import report_safely  # flags only: never changes a score
-
-        report_safely(course, args.assignment, subs, out)
+        bounded_similarity(course, args.assignment, subs, out, args.similarity_timeout)
     if args.gradescope:
         if len(rows) != 1:
             print("error: --gradescope needs exactly one submission", file=sys.stderr)

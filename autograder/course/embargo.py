@@ -131,6 +131,18 @@ def read_schedule(path: Path, known: list[str] | None = None) -> list[Assignment
     return out
 
 
+def states(root: Path) -> dict[str, str]:
+    """Each listed assignment's state in ``root``'s ``course.yml`` (``{}`` without one: a course
+    without a schedule hands out every assignment it releases)."""
+    path = Path(root) / SCHEDULE_FILE
+    return {a.name: a.state for a in read_schedule(path)} if path.exists() else {}
+
+
+def handed_out(root: Path, assignment: str) -> bool:
+    """Whether students have ``assignment``: not listed ``unreleased`` in ``course.yml``."""
+    return states(root).get(assignment) != "unreleased"
+
+
 # ------------------------------------------------------------------------------------------
 # The assignments and their keys
 # ------------------------------------------------------------------------------------------
@@ -341,6 +353,20 @@ def build_wheel(root: Path, out: Path) -> Path:
         return made[-1]
 
 
+STUDENT_NBGRADER_CONFIG = """\
+# nbgrader's settings for a student of this course (nbgrader fetch_assignment, submit,
+# fetch_feedback, and the Assignments tab of Jupyter). Copy this file to
+# ~/.jupyter/nbgrader_config.py. nbgrader itself never reads NBGRADER_EXCHANGE: this file does.
+import os
+
+c = get_config()  # noqa: F821 (injected by traitlets when nbgrader loads this file)
+c.CourseDirectory.course_id = os.environ.get("COURSE_ID", "attention-and-transformers")
+# The exchange folder your instructor names (export NBGRADER_EXCHANGE=...); nbgrader's default
+# otherwise: /usr/local/share/nbgrader/exchange.
+if os.environ.get("NBGRADER_EXCHANGE"):
+    c.Exchange.root = os.environ["NBGRADER_EXCHANGE"]
+"""
+
 STUDENT_README = """# {title}: student bundle
 
 What is here:
@@ -348,6 +374,8 @@ What is here:
 - `{wheel}`: the course library, `course_lib`: the library the book uses and shows, whole.
 - `assignments/`: the released assignments ({released}).
 - `book/` (when present): the book; open `book/index.html`.
+- `nbgrader_config.py`: nbgrader's settings, for a course that hands out assignments through
+  nbgrader's exchange (below).
 
 ## Install
 
@@ -371,15 +399,22 @@ checks diagnose the usual mistakes; passing them is not the grade.
 
 ## Submit
 
-Submit the notebook (`assignments/<name>/<name>.ipynb`) as your instructor says (nbgrader's
-exchange, or an upload). Your grade comes from hidden tests that your instructor runs after the
+Submit the notebook (`assignments/<name>/<name>.ipynb`) as your instructor says: an upload, or
+nbgrader's exchange on a shared machine. For the exchange, install nbgrader in your environment
+(`pip install nbgrader`), copy `nbgrader_config.py` to `~/.jupyter/nbgrader_config.py`, set the
+exchange folder your instructor names (`export NBGRADER_EXCHANGE=/path/they/give`, e.g. in
+`~/.bashrc`; not needed for nbgrader's default `/usr/local/share/nbgrader/exchange`), and check
+with `nbgrader list`; then `nbgrader fetch_assignment <name>`, work, `nbgrader submit <name>`.
+
+Your grade comes from hidden tests that your instructor runs after the
 deadline on fresh random inputs: hard-coding the checks' outputs earns nothing. Written answers
 are graded by hand.
 """
 
 
 def build_bundle(p: Plan, out: Path, book: Path | None = None) -> Path:
-    """Write ``out``/ (notebooks, public wheel, book, README) and ``out``.zip; return the zip."""
+    """Write ``out``/ (notebooks, public wheel, book, README, the student's nbgrader config) and
+    ``out``.zip; return the zip."""
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -393,6 +428,7 @@ def build_bundle(p: Plan, out: Path, book: Path | None = None) -> Path:
         shutil.copytree(
             book, out / "book", ignore=shutil.ignore_patterns(".doctrees", ".buildinfo")
         )
+    (out / "nbgrader_config.py").write_text(STUDENT_NBGRADER_CONFIG, encoding="utf-8")
     (out / "README.md").write_text(
         STUDENT_README.format(
             title="Attention and Transformers",

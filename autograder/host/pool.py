@@ -6,14 +6,19 @@ import json
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from autograder.course.layout import PACKAGE_ROOT, Course
 from autograder.host.options import Options
+
+STOP_GRACE = 15.0  # seconds every runner together has to stop (its zygote takes up to 5)
+KILL_WAIT = 10.0  # seconds to reap a killed runner
 
 
 class RunnerPool:
@@ -62,6 +67,7 @@ class RunnerPool:
             text=True,
             cwd=self.run_dir,
             env=self.env,
+            start_new_session=True,  # its process group: a runner and its children killed at once
         )
         proc.stdin.write(json.dumps(config) + "\n")
         proc.stdin.flush()
@@ -70,11 +76,16 @@ class RunnerPool:
     def _restart(self, i: int) -> None:
         """Replace a runner that died, so that one submission costs only its own row."""
         old = self.procs[i]
+        _kill_group(old)
         try:
-            old.kill()
-            old.wait(timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
+            old.wait(timeout=KILL_WAIT)
+        except subprocess.TimeoutExpired:
             pass
+        for pipe in (old.stdin, old.stdout):
+            try:
+                pipe.close()
+            except (OSError, ValueError):
+                pass
         proc = self._spawn(self.configs[i])
         line = proc.stdout.readline()
         if not (line and json.loads(line).get("ready")):
@@ -98,19 +109,54 @@ class RunnerPool:
         finally:
             self.free.put(i)
 
-    def close(self) -> None:
+    def close(self, grace: float = STOP_GRACE) -> None:
+        """Ask every runner to stop; one that has not exited ``grace`` seconds later is killed
+        with its process group. Bounded: nothing here waits without a timeout (a runner that
+        cannot be reaped is left to init and said on stderr)."""
         for proc in self.procs:
             try:
                 proc.stdin.write(json.dumps({"op": "stop"}) + "\n")
+                proc.stdin.flush()
+            except (OSError, ValueError):
+                pass
+            try:
                 proc.stdin.close()
             except (OSError, ValueError):
                 pass
+        deadline = time.monotonic() + grace
         for proc in self.procs:
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                _kill_group(proc)
+                try:
+                    proc.wait(timeout=KILL_WAIT)
+                except subprocess.TimeoutExpired:
+                    print(f"grader fault: runner {proc.pid} could not be reaped", file=sys.stderr)
+            try:
+                proc.stdout.close()
+            except (OSError, ValueError):
+                pass
+
+    def kill(self) -> None:
+        """Kill every runner and its process group now (the command's watchdog)."""
+        for proc in self.procs:
+            _kill_group(proc)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL a runner and its process group (its runner children), while the runner is not
+    reaped yet (its pid then still names the group)."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        proc.kill()
+    except OSError:
+        pass
 
 
 class Runners:
@@ -153,6 +199,10 @@ class Runners:
     def log(self) -> str:
         logs = sorted(self.run_dir.glob("runner*.log")) if self.run_dir else []
         return "\n".join(p.read_text(errors="replace")[-2000:] for p in logs)
+
+    def kill(self) -> None:
+        if self.pool is not None:
+            self.pool.kill()
 
     def __exit__(self, *exc: Any) -> None:
         if self.pool is not None:

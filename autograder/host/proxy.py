@@ -167,6 +167,21 @@ class TestState:
     output: list[str] = field(default_factory=list)
 
 
+SPINNING = 0.1  # CPU seconds per wall second above which a call stopped by the wall limit spun
+
+
+def wall_message(wall: float, cpu: float, elapsed: float) -> str:
+    """Why a call stopped by the wall limit did: the CPU it used tells a loop (in Python or in C,
+    on a machine too busy for the CPU limit to come first) from a wait or a sleep."""
+    used = f"it used {cpu:.1f} s of CPU time"
+    if elapsed > 0 and cpu / elapsed >= SPINNING:
+        return (
+            f"your code did not finish within {wall:g} s; {used} (spinning: an infinite loop, "
+            "or far too slow)"
+        )
+    return f"your code did not finish within {wall:g} s; {used} (waiting or sleeping?)"
+
+
 class WorkerSession:
     """One notebook's code in a worker; replaced when the worker dies."""
 
@@ -187,6 +202,7 @@ class WorkerSession:
         self.load_notes: list[str] = []
         self.load_failure: str | None = None
         self.spawns = 0
+        self.used = (0.0, 0.0)  # the last call's (CPU seconds, wall seconds)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -255,13 +271,16 @@ class WorkerSession:
         """Wait for the reply; "cpu" or "wall" once the call used ``cpu_limit`` CPU seconds or
         ``wall_limit`` wall seconds (CPU time keeps the limit fair on a busy machine)."""
         start_cpu, start = self._cpu_seconds(), time.monotonic()
+        self.used = (0.0, 0.0)  # (CPU seconds, wall seconds) the call used, for the message
         while True:
             readable, _, _ = select.select([self.sock], [], [], 0.05)
             if readable:
                 return None
-            if time.monotonic() - start > wall_limit:
+            cpu = self._cpu_seconds() - start_cpu
+            self.used = (max(0.0, cpu), time.monotonic() - start)
+            if self.used[1] > wall_limit:
                 return "wall"
-            if self._cpu_seconds() - start_cpu > cpu_limit:
+            if cpu > cpu_limit:
                 return "cpu"
 
     def _exchange(self, msg: dict, timeout: float) -> dict:
@@ -286,9 +305,7 @@ class WorkerSession:
             if time.monotonic() >= self.deadline:
                 raise WorkerDied("the submission's total time limit was exceeded") from None
             if error.args == ("wall",):
-                raise CallTimeout(
-                    f"your code did not finish within {wall:g} s (waiting or sleeping?)"
-                ) from None
+                raise CallTimeout(wall_message(wall, *self.used)) from None
             raise CallTimeout(
                 f"your code did not finish within {timeout:g} s of CPU time (an infinite loop, "
                 "or far too slow)"

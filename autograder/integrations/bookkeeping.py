@@ -10,6 +10,10 @@
   due date set with ``nbgrader db assignment add --duedate`` or in formgrader is kept otherwise.
   Lateness is ``timestamp - duedate`` (nbgrader's ``total_seconds_late``); it is printed and
   exported.
+- Points changed after students submitted (a grade cell's ``points`` in the submitted notebook's
+  nbgrader metadata, as the release was when the student fetched it, differ from the release's
+  now): ``grade`` grades with the release's points and prints one warning per changed cell, with
+  the submissions concerned (:func:`points_drift`, :func:`drift_warnings`).
 - The autograded notebook keeps what the student saw: their outputs (marked as the student's,
   not graded) and the cells they added (marked "added by the student: not graded" in the cell and
   in ``metadata.autograder``), beside the graded code, so hand-graders see everything.
@@ -18,6 +22,7 @@
 from __future__ import annotations
 
 import copy
+import sys
 import warnings
 from datetime import UTC
 from pathlib import Path
@@ -36,6 +41,7 @@ MAX_DATA = 2_000_000  # characters per rich output (e.g. a base64 PNG)
 MAX_TOTAL = 20_000_000  # characters of the student's outputs kept per notebook
 MAX_SMALL = 4096  # bytes of timestamp.txt, submission_secret.txt
 SAFE_MIME = ("text/plain", "image/png", "image/jpeg", "image/gif")  # shown, never run
+MAX_SIZE = 10_000  # pixels: an image's width or height kept from an output's metadata
 
 
 def quiet_sqlalchemy() -> None:
@@ -82,6 +88,7 @@ def finish(course: Course, assignment: str, subs: list, rows: list[dict]) -> lis
     due = due_date(course.root, assignment)
     lms = read_lms(Path(settings["downloaded"]), assignment)  # what zip_collect recorded
     late: list[dict] = []
+    drift: dict[str, list[str]] = {}
     by_id = {getattr(s, "id", s.student): s for s in subs}
     with Gradebook(settings["db_url"], settings["course_id"]) as gb:
         if due is not None:
@@ -134,11 +141,17 @@ def finish(course: Course, assignment: str, subs: list, rows: list[dict]) -> lis
             if (seconds and seconds > 0) or from_lms.get("late"):
                 late.append(row)
             for name, path in sub.notebooks.items():
+                if path is not None and _regular(Path(path)):
+                    changed = points_drift(Path(path), course.release_dir(assignment) / name)
+                    drift.setdefault(row["student"], []).extend(changed)
+                    row["notes"].extend(changed)
                 if path is not None and _regular(Path(path)) and (dest / name).is_file():
                     try:
                         keep_student_work(dest / name, Path(path))
                     except Exception as exc:  # a hostile notebook costs its own extras only
                         row["notes"].append(f"student outputs not kept: {type(exc).__name__}")
+    for line in drift_warnings(drift):
+        print(line, file=sys.stderr)
     for row in late:
         hours = row["seconds_late"] / 3600
         said = "; marked late by the LMS" if row.get("lms_late") else ""
@@ -148,6 +161,54 @@ def finish(course: Course, assignment: str, subs: list, rows: list[dict]) -> lis
             here = "no due date is set here" if due is None else "on time by the due date here"
             print(f"  late: {row['student']} was marked late by the LMS ({here})")
     return late
+
+
+def _grade_points(nb: Any) -> dict[str, float]:
+    """grade_id -> points of each grade cell, read defensively (a student's file)."""
+    found: dict[str, float] = {}
+    for cell in nb.get("cells", []) if isinstance(nb, dict) else []:
+        meta = _nbgrader_meta(cell) if isinstance(cell, dict) else {}
+        gid = meta.get("grade_id")
+        if meta.get("grade") and isinstance(gid, str) and gid and gid not in found:
+            try:
+                found[gid] = float(meta.get("points") or 0)
+            except (TypeError, ValueError):
+                continue
+    return found
+
+
+def points_drift(submitted: Path, release: Path) -> list[str]:
+    """One warning per grade cell whose points in the submitted notebook (nbgrader's metadata,
+    as the release was when the student fetched it) differ from the release's now: the points
+    were changed after the student submitted, and the student's notebook says otherwise."""
+    import json
+
+    try:
+        theirs = _grade_points(json.loads(read_regular(submitted).decode("utf-8", "replace")))
+        ours = _grade_points(json.loads(release.read_text(encoding="utf-8")))
+    except (NotebookError, OSError, ValueError):
+        return []  # an unreadable submission: its row already says why
+    return [
+        f"points changed since this submission: {release.name} {gid} is worth {ours[gid]:g} in "
+        f"the release, {points:g} in the submitted notebook (graded out of {ours[gid]:g})"
+        for gid, points in theirs.items()
+        if gid in ours and abs(points - ours[gid]) > 1e-9
+    ]
+
+
+def drift_warnings(drift: dict[str, list[str]], names: int = 8) -> list[str]:
+    """``grade``'s warnings for :func:`points_drift`: one line per changed cell, with the
+    submissions concerned (``drift[student]`` = that student's warnings)."""
+    by_cell: dict[str, list[str]] = {}
+    for student, changed in drift.items():
+        for said in changed:
+            by_cell.setdefault(said, []).append(student)
+    lines = []
+    for said, students in by_cell.items():
+        shown = ", ".join(students[:names]) + (", ..." if len(students) > names else "")
+        lines.append(f"WARNING: {said}: {len(students)} submission(s) ({shown}); rebuild "
+                     "feedback and tell the students")  # fmt: skip
+    return lines
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -185,6 +246,8 @@ def _trim(outputs: list, budget: list[int]) -> list:
     kept = []
     for out in outputs:
         out = copy.deepcopy(out)
+        if "metadata" in out:  # an image's ``width: "1 onerror=..."`` would become an attribute
+            out["metadata"] = _sizes(out["metadata"])
         if "text" in out:
             text = "".join(out["text"]) if isinstance(out["text"], list) else out["text"]
             out["text"] = text[:MAX_TEXT] + ("\n[... cut]" if len(text) > MAX_TEXT else "")
@@ -205,6 +268,28 @@ def _trim(outputs: list, budget: list[int]) -> list:
             break
         budget[0] -= size
         kept.append(out)
+    return kept
+
+
+def _sizes(meta: Any) -> dict:
+    """An output's metadata as kept for graders: an image's numeric ``width`` and ``height``
+    (at the top or per image MIME type, where nbconvert looks), nothing else."""
+
+    def numeric(value: Any) -> dict:
+        if not isinstance(value, dict):
+            return {}
+        return {
+            k: v
+            for k, v in value.items()
+            if k in ("width", "height") and type(v) in (int, float) and 0 < v <= MAX_SIZE
+        }
+
+    kept: dict = numeric(meta)
+    if isinstance(meta, dict):
+        for mime in SAFE_MIME:
+            sizes = numeric(meta.get(mime))
+            if sizes:
+                kept[mime] = sizes
     return kept
 
 
@@ -287,6 +372,7 @@ def keep_student_work(autograded: Path, submitted: Path) -> bool:
             continue
         new = copy.deepcopy(cell)
         new.metadata.pop("nbgrader", None)
+        new.pop("attachments", None)  # never copied (README: pages graders open)
         new.metadata["autograder"] = {"not_graded": True, "added_by_student": True}
         if new.cell_type == "code":
             new.source = f"# [{NOT_GRADED}]\n{new.source}"

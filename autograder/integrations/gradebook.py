@@ -92,6 +92,30 @@ def _ensure_assignment(course: Course, assignment: str, settings: dict) -> None:
         SaveCells().preprocess(nbformat.read(path, as_version=4), resources)
 
 
+def hold_back(course: Course, assignment: str) -> str | None:
+    """Keep an assignment students do not have yet out of the gradebook: formgrader's overall
+    score and ``nbgrader export`` count every assignment the gradebook holds. Removes it if it is
+    there without submissions; returns what was done (or why not), ``None`` if nothing to do."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    settings = nbgrader_settings(course.root)
+    db = settings["db_url"]
+    if db.startswith("sqlite:///") and not Path(db.removeprefix("sqlite:///")).exists():
+        return None  # no gradebook yet: nothing to keep it out of
+    with Gradebook(db, settings["course_id"]) as gb:
+        try:
+            found = gb.find_assignment(assignment)
+        except MissingEntry:
+            return None
+        if found.submissions:
+            return (
+                f"warning: {assignment} is unreleased in course.yml but the gradebook holds "
+                f"{len(found.submissions)} submission(s) of it: kept (it counts in totals)"
+            )
+        gb.remove_assignment(assignment)
+    return f"{assignment} is unreleased in course.yml: kept out of the gradebook (and totals)"
+
+
 def autograded_notebook(release_path: Path, row: dict, student_cells: dict[str, str]) -> Any:
     nb = nbformat.read(release_path, as_version=4)
     nb = copy.deepcopy(nb)

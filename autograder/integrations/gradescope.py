@@ -273,15 +273,16 @@ def finish_results(results: dict, config: dict, written_html: str | None) -> dic
     for test in results.get("tests", []):
         test["visibility"] = level_for(test["name"], config)
     if written_html:
+        name = "Written answers (graded by hand)"
         results.setdefault("tests", []).append(
             {
-                "name": "Written answers (graded by hand)",
+                "name": name,
                 "score": 0,
                 "max_score": 0,
                 "status": "passed",
                 "output": written_html,
                 "output_format": "html",
-                "visibility": "visible",
+                "visibility": level_for(name, config),  # like every test: --visibility
             }
         )
     return results

@@ -23,6 +23,8 @@ from nbconvert.preprocessors import Preprocessor
 from nbgrader.plugins import ExportPlugin
 from traitlets import Bool, Unicode
 
+GRADE_SECONDS = 3600.0  # one student's `grade` (its own limits are far below)
+
 
 class CourseGrader(Preprocessor):
     """Grade the submission with the course's sandboxed grader instead of the student's kernel."""
@@ -48,7 +50,15 @@ class CourseGrader(Preprocessor):
             "--submissions", str(submitted), "--student", student, "--jobs", "1", "--quiet",
             "--out", str(out),
         ]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, cwd=root)
+        try:  # `grade` bounds itself; this bounds a grader that does not (never a hung autograde)
+            done = subprocess.run(
+                command, capture_output=True, text=True, cwd=root, timeout=GRADE_SECONDS
+            )
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(
+                f"python -m autograder grade did not finish for {student} within "
+                f"{GRADE_SECONDS:g} s (stopped)"
+            ) from None
         if done.returncode != 0:
             raise RuntimeError(
                 f"python -m autograder grade failed for {student}:\n{done.stdout}\n{done.stderr}"

@@ -303,6 +303,29 @@ def install_audit_hook(
     if fix_co_filename is _fix_co_filename:  # a hook installed before holds the original
         fix_co_filename = None
     function_type = types.FunctionType
+    handed = dict(_HANDED)  # from now on only this hook holds torch's originals
+    _HANDED.clear()
+    wrapper_codes = _WRAPPER_CODES
+    path_types = (str, bytes, os.PathLike)
+
+    def hand(name: str, args: tuple, kwargs: dict, out: list) -> None:
+        """Call torch's original ``name`` for a wrapper: a zip file on a path is announced as an
+        ``open`` (the rules of the hook apply: hidden folders, writes outside the work folder);
+        the raw operator getters serve library code (``torch.ops``) only."""
+        original = handed.get(name) if type(name) is str_type else None
+        if original is None:
+            raise PermissionError(f"{name!r} is not available while grading")
+        if name in _RAW_OPS and not trusted[0]:
+            frame = caller()
+            if frame is not None and frame.f_code in wrapper_codes:
+                frame = frame.f_back  # the wrapper's caller
+            if frame is None or kind(frame.f_code.co_filename) == "student":
+                if len(tampering) < 20:
+                    tampering.append(f"torch._C.{name}")
+                raise PermissionError(f"torch._C.{name} is not allowed while grading")
+        elif args and isinstance(args[0], path_types):
+            hook("open", (args[0], "wb" if name == "PyTorchFileWriter" else "rb", 0))
+        out.append(original(*args, **kwargs))
 
     def rename(code: Any, path: Any) -> None:
         """``_imp._fix_co_filename``: never renames student code to an allow-listed file."""
@@ -317,6 +340,10 @@ def install_audit_hook(
         return type(obj) is function_type and kind(obj.__code__.co_filename) == "grader"
 
     def hook(event: str, args: tuple) -> None:
+        if event == HANDED_EVENT:
+            if len(args) == 4 and type(args[3]) is list and type(args[2]) is dict:
+                hand(args[0], tuple(args[1]), args[2], args[3])
+            return
         if event == RENAME_EVENT and fix_co_filename is not None:
             code, path, out = args
             rename(code, path)
@@ -510,9 +537,60 @@ def refuse_compilers() -> None:
         module._python_cu = refused
 
 
-_AUDIT, _PATHLIKE = sys.audit, os.PathLike
-_KEPT: list = []  # the registration that overrides aten::from_file lives as long as the worker
 FILE_MAPPING = "torch's from_file (maps a file with no audit event; shared=True writes through)"
+HANDED_EVENT = "autograder.handed"
+# C entry points student code reaches only through the audit hook: put here in the zygote (before
+# any student code), taken by install_audit_hook, whose hook then alone holds them. Nothing a
+# student can walk to (a wrapper's globals, closure or defaults) holds an original.
+_HANDED: dict[str, Any] = {}
+_RAW_OPS = ("_jit_get_operation", "_get_operation_overload")  # raw operator callables by name
+
+
+def _sealed(func: Any) -> Any:
+    """``func`` with an empty namespace (only builtins, for C code) and no closure: its code
+    reads no global (everything it uses is a constant or a default)."""
+    import types
+
+    out = types.FunctionType(
+        func.__code__, {"__builtins__": _builtins_module.__dict__}, func.__name__,
+        func.__defaults__,
+    )  # fmt: skip
+    out.__kwdefaults__ = func.__kwdefaults__
+    out.__qualname__ = func.__qualname__
+    return out
+
+
+def _torch_file_writer(*args: Any, _audit: Any = sys.audit, **kwargs: Any) -> Any:
+    out: list = []
+    _audit("autograder.handed", "PyTorchFileWriter", args, kwargs, out)
+    return out.pop()
+
+
+def _torch_file_reader(*args: Any, _audit: Any = sys.audit, **kwargs: Any) -> Any:
+    out: list = []
+    _audit("autograder.handed", "PyTorchFileReader", args, kwargs, out)
+    return out.pop()
+
+
+def _jit_get_operation(*args: Any, _audit: Any = sys.audit, **kwargs: Any) -> Any:
+    out: list = []
+    _audit("autograder.handed", "_jit_get_operation", args, kwargs, out)
+    return out.pop()
+
+
+def _get_operation_overload(*args: Any, _audit: Any = sys.audit, **kwargs: Any) -> Any:
+    out: list = []
+    _audit("autograder.handed", "_get_operation_overload", args, kwargs, out)
+    return out.pop()
+
+
+_WRAPPERS = {
+    "PyTorchFileWriter": _sealed(_torch_file_writer),
+    "PyTorchFileReader": _sealed(_torch_file_reader),
+    "_jit_get_operation": _sealed(_jit_get_operation),
+    "_get_operation_overload": _sealed(_get_operation_overload),
+}
+_WRAPPER_CODES = frozenset(f.__code__ for f in _WRAPPERS.values())
 
 
 def _set_in_type(cls: type, name: str, value: Any) -> None:
@@ -524,18 +602,6 @@ def _set_in_type(cls: type, name: str, value: Any) -> None:
     namespace = gc.get_referents(type.__dict__["__dict__"].__get__(cls))[0]
     namespace[name] = value
     ctypes.pythonapi.PyType_Modified(ctypes.py_object(cls))
-
-
-def _announcing(original: Any, mode: str) -> Callable:
-    """``original(path, ...)`` opens ``path`` in C++ with no audit event: announce it first, so
-    that the audit hook applies its rules (hidden folders, writes outside the work folder)."""
-
-    def opener(name_or_buffer: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(name_or_buffer, (str, bytes, _PATHLIKE)):
-            _AUDIT("open", name_or_buffer, mode, 0)
-        return original(name_or_buffer, *args, **kwargs)
-
-    return opener
 
 
 def refuse_file_mapping() -> None:
@@ -550,24 +616,26 @@ def refuse_file_mapping() -> None:
     import torch
 
     refusal = _refuse(FILE_MAPPING)
+    seen = [torch.from_file]  # alive while ids are compared (no id reused meanwhile)
     originals = {id(torch.from_file): refusal}
-    _KEPT.append(torch.from_file)  # alive while ids are compared (no id reused meanwhile)
     with warnings.catch_warnings():  # "overriding a previously registered kernel"
         warnings.simplefilter("ignore")
         library = torch.library.Library("aten", "IMPL")
         library.impl("from_file", refusal, "CPU")
-    _KEPT.append(library)
+    _immortal(library)  # the override lives as long as the worker; no name leads to it
     for cls in (*[v for v in vars(torch._C).values() if isinstance(v, type)],
                 torch.UntypedStorage, torch.TypedStorage):  # fmt: skip
         if "from_file" in type.__dict__["__dict__"].__get__(cls):
-            _KEPT.append(cls.__dict__["from_file"])
-            originals[id(_KEPT[-1])] = refusal
+            seen.append(cls.__dict__["from_file"])
+            originals[id(seen[-1])] = refusal
             _set_in_type(cls, "from_file", refusal)
-    for name, mode in (("PyTorchFileWriter", "wb"), ("PyTorchFileReader", "rb")):
+    for name in ("PyTorchFileWriter", "PyTorchFileReader", *_RAW_OPS):
         original = getattr(torch._C, name, None)
-        if original is not None:
-            _KEPT.append(original)
-            originals[id(original)] = _announcing(original, mode)
+        if original is not None and original is not _WRAPPERS[name]:
+            seen.append(original)
+            _HANDED[name] = original  # for the audit hook only (taken by install_audit_hook)
+            originals[id(original)] = _WRAPPERS[name]
+    sys.addaudithook(_handing(_HANDED))  # the zygote's own torch.save (until a worker's hook)
     for module in list(sys.modules.values()):  # every alias: `from torch._C import ...`
         namespace = getattr(module, "__dict__", None)
         if not isinstance(namespace, dict):
@@ -575,22 +643,55 @@ def refuse_file_mapping() -> None:
         for key, value in list(namespace.items()):
             if id(value) in originals:
                 namespace[key] = originals[id(value)]
+    seen.clear()
+
+
+def _handing(handed: dict) -> Callable:
+    """An audit hook that calls the originals for the wrappers with no check, while ``handed``
+    holds them: in the zygote, and in a worker until install_audit_hook takes them (it empties
+    ``handed``; from then on only the worker's hook, with its checks, holds them)."""
+
+    def hook(event: str, args: tuple) -> None:
+        if event == HANDED_EVENT and handed and len(args) == 4 and type(args[3]) is list:
+            original = handed.get(args[0])
+            if original is not None and type(args[2]) is dict:
+                args[3].append(original(*args[1], **args[2]))
+
+    return hook
+
+
+def _immortal(obj: Any) -> None:
+    """Keep ``obj`` alive for the life of the process with no reference anyone can follow (one
+    reference count added in C; ``gc`` is refused to student code)."""
+    import ctypes
+
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+def _find_spec(self: Any, name: Any, path: Any = None, target: Any = None,
+               _audit: Any = sys.audit, _error: Any = ModuleNotFoundError) -> None:  # fmt: skip
+    for p in self.prefixes:
+        if name == p or name.startswith(p + "."):
+            _audit("autograder.sealed_import", name)  # recorded by the hook, out of reach
+            raise _error(f"No module named {name!r}", name=name)
+    return None
+
+
+def _finder_init(self: Any, prefixes: tuple[str, ...]) -> None:
+    self.prefixes = prefixes
+
+
+def _find_module(self: Any, name: Any, path: Any = None) -> None:
+    self.find_spec(name, path)
 
 
 class _Sealed:
-    """A meta-path finder that refuses the grader's packages whatever the spelling."""
+    """A meta-path finder that refuses the grader's packages whatever the spelling. Its methods
+    are sealed: ``type(sys.meta_path[0]).find_spec.__globals__`` is an empty namespace."""
 
-    def __init__(self, prefixes: tuple[str, ...]):
-        self.prefixes = prefixes
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-        if any(name == p or name.startswith(p + ".") for p in self.prefixes):
-            sys.audit(SEALED_EVENT, name)  # recorded by the hook, out of the student's reach
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-    def find_module(self, name: str, path: Any = None) -> None:
-        self.find_spec(name, path)
+    __init__ = _sealed(_finder_init)
+    find_spec = _sealed(_find_spec)
+    find_module = _sealed(_find_module)
 
 
 SEALED = ("autograder", "pytest", "_pytest", "pluggy")

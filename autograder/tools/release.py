@@ -1,9 +1,12 @@
 """``release``: regenerate ``assignments/<name>/`` from ``solutions/<name>/`` with nbgrader.
 
 nbgrader's ``generate_assignment`` does the work (it also records the assignment's cells in the
-gradebook); afterwards every released notebook is rewritten in one canonical form (no outputs, no
-execution counts, no editor state, sorted keys, one trailing newline) so that regenerating gives
-the same bytes and a test can compare the committed release with a fresh one.
+gradebook, unless ``course.yml`` lists the assignment as ``unreleased``: formgrader's overall score
+and ``nbgrader export`` total every assignment the gradebook holds, so one students do not have
+yet stays out of it until it is released); afterwards every released notebook is rewritten in
+one canonical form (no outputs, no execution counts, no editor state, sorted keys, one trailing
+newline) so that regenerating gives the same bytes and a test can compare the committed release
+with a fresh one.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pathlib import Path
 
 import nbformat
 
+from autograder.course.embargo import handed_out
 from autograder.course.layout import Course
 
 VOLATILE_CELL_METADATA = ("execution", "collapsed", "scrolled", "ExecuteTime", "jupyter", "tags")
@@ -56,8 +60,10 @@ def release(course: Course, names: list[str]) -> int:
             print(f"error: no source notebooks in {source}", file=sys.stderr)
             status = 1
             continue
+        held = not handed_out(course.root, name)  # unreleased: kept out of the gradebook
         out = subprocess.run(
-            [sys.executable, "-m", "nbgrader", "generate_assignment", name, "--force"],
+            [sys.executable, "-m", "nbgrader", "generate_assignment", name, "--force"]
+            + (["--no-db"] if held else []),
             cwd=course.root,
             env=nbgrader_env(),
             capture_output=True,
@@ -68,6 +74,12 @@ def release(course: Course, names: list[str]) -> int:
             print(out.stdout[-3000:] + out.stderr[-3000:], file=sys.stderr)
             status = 1
             continue
+        if held:
+            from autograder.integrations.gradebook import hold_back
+
+            said = hold_back(course, name)
+            if said:
+                print(said, file=sys.stderr if said.startswith("warning") else sys.stdout)
         released = sorted(course.release_dir(name).glob("*.ipynb"))
         for path in released:
             normalise(path)

@@ -4,9 +4,11 @@ The text cites author–year (``bibtex_reference_style: author_year``: "Vaswani 
 but pybtex's default labels the list alphabetically ("[VSP+17]"), which a reader cannot match
 to the citation. This registers a pybtex style, ``author_year`` (``bibtex_default_style``), whose
 labels are the citation's own text ("Vaswani et al., 2017"; "2019a" and "2019b" where two
-papers share both) and which sorts the list by author and year. ``citation()`` gives the same
-text for the notebooks behind the launch buttons (``launch_notebooks.py``), which cannot run
-Sphinx's roles.
+papers share both) and which sorts the list by author and year. The text's citations take their
+year from that label (the referencing style ``author_year_labelled``, ``bibtex_reference_style``),
+so a citation reads "Wang et al., 2019a" exactly as the list does, never an ambiguous "2019".
+``citation()`` gives the same text for the notebooks behind the launch buttons
+(``launch_notebooks.py``), which cannot run Sphinx's roles.
 """
 
 from __future__ import annotations
@@ -19,6 +21,18 @@ from pybtex.plugin import register_plugin
 from pybtex.richtext import Text
 from pybtex.style.formatting.unsrt import Style as UnsrtStyle
 from pybtex.style.labels import BaseLabelStyle
+from pybtex.style.template import node
+from sphinxcontrib.bibtex.plugin import register_plugin as register_bibtex_plugin
+from sphinxcontrib.bibtex.style.referencing.author_year import AuthorYearReferenceStyle
+from sphinxcontrib.bibtex.style.referencing.basic_author_year import (
+    BasicAuthorYearParentheticalReferenceStyle,
+    BasicAuthorYearTextualReferenceStyle,
+)
+from sphinxcontrib.bibtex.style.referencing.extra_author import ExtraAuthorReferenceStyle
+from sphinxcontrib.bibtex.style.referencing.extra_empty import ExtraEmptyReferenceStyle
+from sphinxcontrib.bibtex.style.referencing.extra_label import ExtraLabelReferenceStyle
+from sphinxcontrib.bibtex.style.referencing.extra_year import ExtraYearReferenceStyle
+from sphinxcontrib.bibtex.style.template import join, join2, post_text, pre_text, reference
 
 
 def _last_name(person) -> str:
@@ -67,6 +81,62 @@ class AuthorYearStyle(UnsrtStyle):
     default_sorting_style = "author_year_title"
 
 
+@node
+def label_year(children, data):
+    """The year as the references list labels the entry ("2019a"), from its label."""
+    assert not children
+    return Text(data["formatted_entry"].label.rpartition(", ")[2])
+
+
+class _Parenthetical(BasicAuthorYearParentheticalReferenceStyle):
+    def inner(self, role_name):
+        author = self.person.author_or_editor_or_title(full="s" in role_name)
+        return join2(sep1=self.pre_text_sep, sep2=self.post_text_sep)[
+            pre_text, reference[join(sep=self.author_year_sep)[author, label_year]], post_text
+        ]
+
+
+class _Textual(BasicAuthorYearTextualReferenceStyle):
+    def inner(self, role_name):
+        author = self.person.author_or_editor_or_title(full="s" in role_name)
+        citation = join2(sep1=self.pre_text_sep, sep2=self.post_text_sep)[
+            pre_text, reference[label_year], post_text
+        ]
+        return join(sep=self.text_reference_sep)[
+            author, join[self.bracket.left, citation, self.bracket.right]
+        ]
+
+
+class LabelledAuthorYearReferenceStyle(AuthorYearReferenceStyle):
+    """sphinxcontrib-bibtex's ``author_year``, with the year of the list's label."""
+
+    def __post_init__(self):
+        self.styles.extend(
+            [
+                _Parenthetical(
+                    bracket=self.bracket_parenthetical,
+                    person=self.person,
+                    author_year_sep=self.author_year_sep,
+                    pre_text_sep=self.pre_text_sep,
+                    post_text_sep=self.post_text_sep,
+                ),
+                _Textual(
+                    bracket=self.bracket_textual,
+                    person=self.person,
+                    text_reference_sep=self.text_reference_sep,
+                    pre_text_sep=self.pre_text_sep,
+                    post_text_sep=self.post_text_sep,
+                ),
+                ExtraAuthorReferenceStyle(bracket=self.bracket_author, person=self.person),
+                ExtraLabelReferenceStyle(bracket=self.bracket_label),
+                ExtraYearReferenceStyle(bracket=self.bracket_year),
+                ExtraEmptyReferenceStyle(),
+            ]
+        )
+        # GroupReferenceStyle's own set-up, without AuthorYearReferenceStyle's list
+        super(AuthorYearReferenceStyle, self).__post_init__()
+
+
 @functools.cache
 def _entries(bibfile: Path) -> dict[str, Entry]:
     return {key.lower(): entry for key, entry in parse_file(str(bibfile)).entries.items()}
@@ -93,4 +163,9 @@ def citation(keys: list[str], bibfile: Path, *, textual: bool) -> str:
 def setup(app):
     register_plugin("pybtex.style.labels", "author_year", AuthorYearLabels)
     register_plugin("pybtex.style.formatting", "author_year", AuthorYearStyle)
+    register_bibtex_plugin(
+        "sphinxcontrib.bibtex.style.referencing",
+        "author_year_labelled",
+        LabelledAuthorYearReferenceStyle,
+    )
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -11,6 +11,9 @@ site, made from the page's source with myst-nb's reader (the cells the build exe
   site's pages ("Figure 2.3"), citations their keys;
 - ``literalinclude`` (the library's source) becomes a pointer to the book's page.
 
+The same notebook is what the page's "Download > .ipynb" button gives (``_sources/<page>.ipynb``,
+where sphinx-book-theme would put the executed MyST notebook, raw roles and no install cell).
+
 The launch buttons of sphinx-book-theme are rewritten to open these files on the branch that the
 Pages workflow (``.github/workflows/pages.yml``) deploys the site to (``launch_site_branch``,
 ``gh-pages``): Colab at ``/github/<org>/<repo>/blob/gh-pages/_notebooks/<page>.ipynb``, Binder at
@@ -301,9 +304,14 @@ def _is_notebook(app, pagename: str) -> bool:
 def _write_notebook_and_fix_buttons(app, pagename, templatename, context, doctree):
     if app.builder.format != "html" or doctree is None or not _is_notebook(app, pagename):
         return
-    target = Path(app.outdir) / NOTEBOOKS / f"{pagename}.ipynb"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(make_notebook(app, pagename), indent=1), encoding="utf-8")
+    text = json.dumps(make_notebook(app, pagename), indent=1)
+    # the launch buttons' notebook, and the one "Download > .ipynb" gives (sphinx-book-theme
+    # copied the executed MyST notebook there: raw roles, no install cell); the same file
+    for folder in (NOTEBOOKS, "_sources"):
+        target = Path(app.outdir) / folder / f"{pagename}.ipynb"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    context["ipynb_source"] = f"{pagename}.ipynb"
     urls = launch_urls(app, pagename)
     for group in context.get("header_buttons", []):
         if group.get("label") != "launch-buttons":

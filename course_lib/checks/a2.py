@@ -61,6 +61,18 @@ def _shape(batch: tuple[int, ...]) -> str:
     return f"{len(batch)} batch dimension{'s' if len(batch) != 1 else ''}"
 
 
+_ANY_BATCH = (
+    "q and k may have any number of leading batch dimensions (none, one, two...): index "
+    "from the end, e.g. transpose k's last two axes with k.transpose(-2, -1) (k.mT), not "
+    "transpose(1, 2) or .T"
+)
+_ANY_BATCH_ADDITIVE = (
+    "q and k may have any number of leading batch dimensions (none, one, two...): insert the "
+    "new axes from the end, (q @ W_q)[..., :, None, :] and (k @ W_k)[..., None, :, :], not "
+    "[:, :, None, :]"
+)
+
+
 # --------------------------------------------------------------------------------------------
 # 1. Bilinear (general) scores
 # --------------------------------------------------------------------------------------------
@@ -71,8 +83,8 @@ def check_bilinear_scores(fn: Callable[..., Tensor]) -> None:
     for case in _recorded()["bilinear"]["cases"]:
         q, k, W = case["q"].clone().requires_grad_(True), case["k"], case["W"]
         D_q, D_k = W.shape
-        what = f"bilinear_scores(q, k, W) with W of shape ({D_q}, {D_k})"
-        E = _tensor(_call(fn, q, k, W, what=what), what)
+        what = f"bilinear_scores(q, k, W) with q {tuple(q.shape)}, k {tuple(k.shape)}"
+        E = _tensor(_call(fn, q, k, W, what=what, hint=_ANY_BATCH), what)
         name = f"the scores E ({_shape(q.shape[:-2])}, D_q={D_q}, D_k={D_k})"
         check_close(E, case["want"], name=name, mistakes=case["mistakes"],
                     dims=("...", "N_Q", "N_X"))  # fmt: skip
@@ -90,8 +102,9 @@ def check_additive_scores(fn: Callable[..., Tensor]) -> None:
     """``additive_scores(q, k, W_q, W_k, w)`` = w . tanh(q_i W_q + k_j W_k) for every pair."""
     for case in _recorded()["additive"]["cases"]:
         q, k = case["q"].clone().requires_grad_(True), case["k"]
-        what = "additive_scores(q, k, W_q, W_k, w)"
-        E = _tensor(_call(fn, q, k, case["W_q"], case["W_k"], case["w"], what=what), what)
+        what = f"additive_scores(q, k, W_q, W_k, w) with q {tuple(q.shape)}, k {tuple(k.shape)}"
+        E = _tensor(_call(fn, q, k, case["W_q"], case["W_k"], case["w"], what=what,
+                          hint=_ANY_BATCH_ADDITIVE), what)  # fmt: skip
         check_close(E, case["want"], name=f"the scores E ({_shape(q.shape[:-2])})",
                     mistakes=case["mistakes"], dims=("...", "N_Q", "N_X"))  # fmt: skip
         E.sum().backward()
@@ -213,6 +226,12 @@ def check_grouped_query_attention(module_cls: type[nn.Module]) -> None:
         if not isinstance(out, tuple) or len(out) != 2:
             raise CheckFailed(f"{what}.forward should return (y, weights)")
         y, w = out
+        B, _, T, _ = case["want_weights"].shape
+        if isinstance(w, Tensor) and tuple(w.shape) == (B, T, T):
+            raise CheckFailed(
+                f"the weights of {what} have shape {tuple(w.shape)}: return one "
+                "weight map per query head, (B, H, T, T), not their average"
+            )
         check_close(y, case["want"], name=f"the output of {what} with {kind}",
                     mistakes=case["mistakes"], dims=("B", "T", "C"))  # fmt: skip
         check_close(w, case["want_weights"], name=f"the weights of {what} with {kind}",
@@ -263,7 +282,16 @@ def check_t5_relative_bias(module_cls: type[nn.Module]) -> None:
         _load(mine, case["state"], what)
         scores, offset = case["scores"], case["offset"]
         call = f"{what}(scores of shape {tuple(scores.shape)}, offset={offset})"
-        out = _tensor(_call(mine, scores, offset=offset, what=call), call)
+        try:
+            out = _tensor(_call(mine, scores, offset=offset, what=call), call)
+        except CheckFailed as failure:
+            if "index out of range" in str(failure):
+                raise CheckFailed(
+                    f"{call} looks up a bucket past the table: the far buckets are not capped. "
+                    "Distances past max_distance share the last bucket of their half, "
+                    "min(bucket, n - 1)"
+                ) from None
+            raise
         bias = case["want"] - scores  # (..., H, T_q, T_k), the same for every batch element
         if out.shape != bias.shape and out.shape == bias.shape[-3:] and close(out, bias[0, ...]):
             raise CheckFailed(f"{call} is wrong: it returns the bias alone: return scores + bias")

@@ -77,7 +77,9 @@ def check_rms_norm(norm_cls: type[nn.Module]) -> None:
     d = _recorded()["rms_norm"]
     mine = _call(norm_cls, d["dim"], eps=d["eps"], what=f"RMSNorm({d['dim']}, eps={d['eps']})")
     _load(mine, d["state"], "RMSNorm")
-    y = _call(mine, d["x"], what="RMSNorm.forward(x)")
+    y = _call(mine, d["x"], what="RMSNorm.forward(x)",
+              hint="The root mean square is one number per token: keep the last axis "
+              "(mean(dim=-1, keepdim=True)) so that x / rms broadcasts")  # fmt: skip
     check_close(y, d["want"], name="RMSNorm(x)", mistakes=d["mistakes"], atol=1e-5)
     y.sum().backward()
     check_gradients({"weight": mine.weight})
@@ -159,6 +161,12 @@ def check_label_smoothing(fn: Callable[..., Tensor]) -> None:
     check_close(loss, d["want"], name="the loss", mistakes=d["mistakes"], atol=1e-5)
     loss.backward()
     check_gradients({"logits": logits})
+    what = f"label_smoothed_cross_entropy(logits, target, {d['smoothing']}, ignore_index=-100)"
+    loss = _call(fn, d["logits"], d["target_100"], d["smoothing"], ignore_index=-100, what=what,
+                 hint="A target equal to ignore_index (here -100, F.cross_entropy's default) "
+                 "is no token id: replace it by a valid id (e.g. 0) before gather or one_hot, "
+                 "then leave those positions out of the mean")  # fmt: skip
+    check_close(loss, d["want_100"], name="the loss with ignore_index=-100", atol=1e-5)
     passed("label_smoothed_cross_entropy equals F.cross_entropy with label_smoothing")
 
 
@@ -176,10 +184,117 @@ def _beam_model(d: dict, case: dict) -> nn.Module:
     return model
 
 
+SCORE_RTOL = 1e-5  # scores within 1e-5 * (1 + |score|) tie: float32 arithmetic stays inside
+
+
+def score_tolerance(scores: Tensor) -> Tensor:
+    """How far a summed log-probability may be from the float64 truth at its magnitude."""
+    return SCORE_RTOL * (1.0 + scores.abs())
+
+
+def _hypotheses(
+    tokens: Tensor, max_new_tokens: int, *, pad_id: int, eos_id: int
+) -> list[list[list[int]]] | str:
+    """Per sentence, the K hypotheses of ``tokens`` (B, K, T) as token lists (through [EOS], or
+    max_new_tokens tokens without it), or what is wrong with their layout."""
+    T = tokens.shape[-1]
+    found: list[list[list[int]]] = []
+    for b, rows in enumerate(tokens.tolist()):
+        found.append([])
+        for k, row in enumerate(rows):
+            end = row.index(eos_id) + 1 if eos_id in row else max_new_tokens
+            ids, rest = row[:end], row[end:]
+            if len(ids) < end:
+                return (
+                    f"hypothesis {k} of sentence {b} has no [EOS] and only {T} tokens: a "
+                    f"hypothesis without [EOS] has max_new_tokens = {max_new_tokens} tokens"
+                )
+            if len(ids) > max_new_tokens:
+                return (f"hypothesis {k} of sentence {b} is longer than max_new_tokens = "
+                        f"{max_new_tokens}: {ids}")  # fmt: skip
+            if any(t != pad_id for t in rest):
+                return (f"hypothesis {k} of sentence {b} has tokens other than pad_id after it "
+                        f"ended: {row} (pad_id after [EOS])")  # fmt: skip
+            found[b].append(ids)
+    longest = max((len(ids) for rows in found for ids in rows), default=0)
+    if T != longest:
+        return (
+            f"the token tensor has T = {T}, the longest hypothesis returned has {longest} "
+            "tokens (T is the longest hypothesis returned, pad_id after shorter ones)"
+        )
+    return found
+
+
+@torch.no_grad()
+def hypothesis_scores(
+    model: nn.Module, src: Tensor, found: list[list[list[int]]], *, pad_id: int = 0,
+    bos_id: int = 1,
+) -> Tensor:  # fmt: skip
+    """The summed log-probability (float64) of every hypothesis, teacher-forced: (B, K)."""
+    B, K = len(found), len(found[0])
+    T = max(len(ids) for rows in found for ids in rows)
+    seq = torch.full((B * K, T + 1), pad_id, dtype=torch.long)
+    seq[:, 0] = bos_id
+    length = torch.zeros(B * K, dtype=torch.long)
+    for i, ids in enumerate(ids for rows in found for ids in rows):
+        seq[i, 1 : len(ids) + 1] = torch.tensor(ids, dtype=torch.long)
+        length[i] = len(ids)
+    src_mask = src != pad_id
+    memory = model.encode(src, src_mask).repeat_interleave(K, dim=0)
+    logits = model.decode(seq[:, :-1], memory, src_mask.repeat_interleave(K, dim=0))
+    log_p = logits.double().log_softmax(dim=-1).gather(-1, seq[:, 1:, None])[..., 0]
+    counted = torch.arange(T)[None, :] < length[:, None]  # (B*K, T)
+    return (log_p * counted).sum(dim=-1).view(B, K)
+
+
+def compare_hypotheses(
+    model: nn.Module,
+    src: Tensor,
+    tokens: Any,
+    want_scores: Tensor,
+    *,
+    max_new_tokens: int,
+    what: str,
+    pad_id: int = 0,
+    bos_id: int = 1,
+    eos_id: int = 2,
+) -> Tensor:
+    """Whether ``tokens`` (B, K, T) are K best hypotheses per sentence, best first, as the
+    reference's scores ``want_scores`` (B, K) say: each hypothesis is scored by teacher forcing
+    and the k-th must score the reference's k-th (within ``score_tolerance``), so hypotheses of
+    (nearly) equal score may come in any order, and either of two tied at the K-th place may be
+    kept. Raises CheckFailed with what differs; returns the hypotheses' scores."""
+    B, K = want_scores.shape
+    if not isinstance(tokens, Tensor) or tokens.dim() != 3 or tuple(tokens.shape[:2]) != (B, K):
+        shape = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
+        raise CheckFailed(f"{what}: the tokens should be a tensor (B, K, T) = ({B}, {K}, T), "
+                          f"got {shape}")  # fmt: skip
+    found = _hypotheses(tokens.long(), max_new_tokens, pad_id=pad_id, eos_id=eos_id)
+    if isinstance(found, str):
+        raise CheckFailed(f"{what}: {found}")
+    for b, rows in enumerate(found):
+        if len({tuple(ids) for ids in rows}) < len(rows):
+            raise CheckFailed(f"{what}: sentence {b} has the same hypothesis twice: {rows}")
+    got = hypothesis_scores(model, src, found, pad_id=pad_id, bos_id=bos_id)
+    want = want_scores.double()
+    bad = ((got - want).abs() > score_tolerance(want)).nonzero().tolist()
+    if bad:
+        b, k = bad[0]
+        listing = "\n".join(f"  {s:.6f} {ids}" for s, ids in zip(got[b].tolist(), found[b]))
+        raise CheckFailed(
+            f"{what}: the hypotheses differ from the reference's: sentence {b}'s hypothesis {k} "
+            f"scores {got[b, k].item():.6f} (its summed log-probability), the reference's "
+            f"{k}-th best {want[b, k].item():.6f}. Yours, with their scores:\n{listing}\n"
+            f"the reference's scores: {[round(s, 6) for s in want[b].tolist()]}"
+        )
+    return got
+
+
 def check_beam_search(fn: Callable[..., tuple[Tensor, Tensor]]) -> None:
     """``beam_search(model, src, beam_size=K, max_new_tokens=n)`` -> (tokens (B, K, T), scores
-    (B, K)) equals the reference's, on hypotheses that end at different steps, on a beam as wide
-    as every prefix, and on hypotheses that never emit [EOS]."""
+    (B, K)) finds the reference's K best hypotheses, on hypotheses that end at different steps,
+    on a beam as wide as every prefix, and on hypotheses that never emit [EOS]. Hypotheses of
+    equal score may come in either order."""
     d = _recorded()["beam_search"]
     runs = []
     for case in d["cases"]:
@@ -190,7 +305,7 @@ def check_beam_search(fn: Callable[..., tuple[Tensor, Tensor]]) -> None:
         tokens, scores = _pair(out, call)
         if not isinstance(tokens, Tensor):
             raise CheckFailed(f"{call} should return tensors, got {type(tokens).__name__}")
-        runs.append((case, tokens.long(), scores))
+        runs.append((model, case, tokens.long(), scores))
 
     def same(a: Tensor, b: Tensor) -> bool:
         return a.shape == b.shape and torch.equal(a, b)
@@ -205,31 +320,42 @@ def check_beam_search(fn: Callable[..., tuple[Tensor, Tensor]]) -> None:
     def explains(description: str) -> bool:
         """The mistake gives the student's answer on every case (where it is not recorded for a
         case, it gives the right answer there)."""
-        for case, tokens, scores in runs:
+        for _, case, tokens, scores in runs:
             wrong = case["mistakes"].get(description)
             right = {"tokens": case["tokens"], "scores": case["scores"]}
             if not looks_like(tokens, scores, wrong or right):
                 return False
         return True
 
-    for case, tokens, scores in runs:
-        want, what = case["tokens"], case["what"]
-        if same(tokens, want):
-            check_close(scores, case["scores"].to(scores.dtype) if isinstance(scores, Tensor)
-                        else case["scores"], name=f"the scores for {what}", atol=1e-6)  # fmt: skip
-            continue
-        matching = [m for m, wrong in case["mistakes"].items() if same(tokens, wrong["tokens"])]
+    def name_the_mistake(case: dict, tokens: Tensor, scores: Any, *, by_scores: bool) -> None:
+        matching = [m for m, wrong in case["mistakes"].items()
+                    if (looks_like if by_scores else lambda t, _, w: same(t, w["tokens"]))(
+                        tokens, scores, wrong)]  # fmt: skip
         for description in sorted(matching, key=lambda m: not explains(m)):
-            raise CheckFailed(f"beam_search on {what}: {description}")
-        check_shape(tokens, tuple(want.shape), name=f"the token tensor for {what}",
-                    dims=("B", "K", "T"))  # fmt: skip
-        raise CheckFailed(
-            f"beam_search on {what}: the hypotheses differ from the reference's:\n"
-            f"{tokens.tolist()}\n"
-            f"expected\n{want.tolist()}\n(score the log-softmax of the LAST position; [EOS] "
-            "ends a hypothesis; the K best of all K x V extensions stay live; best first)"
-        )
-    passed("beam_search matches the reference")
+            raise CheckFailed(f"beam_search on {case['what']}: {description}")
+
+    for model, case, tokens, scores in runs:
+        what = case["what"]
+        try:
+            true_scores = compare_hypotheses(model, case["src"], tokens, case["scores"],
+                                             max_new_tokens=case["max_new_tokens"],
+                                             what=f"beam_search on {what}")  # fmt: skip
+        except CheckFailed as failure:
+            name_the_mistake(case, tokens, scores, by_scores=False)
+            raise CheckFailed(
+                f"{failure}\n(score the log-softmax of the LAST position; [EOS] ends a "
+                "hypothesis; the K best of all K x V extensions stay live; best first)"
+            ) from None
+        check_shape(scores, tuple(case["scores"].shape), name=f"the scores for {what}",
+                    dims=("B", "K"))  # fmt: skip
+        if ((scores.double() - true_scores).abs() > score_tolerance(true_scores)).any():
+            name_the_mistake(case, tokens, scores, by_scores=True)
+            raise CheckFailed(
+                f"beam_search on {what}: the scores are not the hypotheses' summed "
+                f"log-probabilities (each token's log-softmax, [EOS] included):\n"
+                f"{scores.tolist()}\nexpected\n{true_scores.tolist()}"
+            )
+    passed("beam_search finds the reference's K best hypotheses")
 
 
 # A blank answer (NotImplementedError) fails its check with a message.

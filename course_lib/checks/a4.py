@@ -424,6 +424,24 @@ def check_repetition_penalty(fn: Callable[..., Tensor]) -> None:
     passed("repetition_penalty matches the reference")
 
 
+def _reproducible(call: Callable[[torch.Generator], Any], what: str) -> None:
+    """``call(generator)`` gives the same ids for generators seeded alike, other ids for
+    another seed: the draws come from ``generator``."""
+    runs = [call(torch.Generator().manual_seed(seed)) for seed in (7, 7, 8)]
+    if not all(isinstance(r, Tensor) and r.shape == runs[0].shape for r in runs):
+        raise CheckFailed(f"{what} should return tensors of one shape for the same inputs")
+    if not torch.equal(runs[0], runs[1]):
+        raise CheckFailed(
+            f"two calls of {what} with generators seeded alike gave different ids: sample with "
+            "torch.multinomial(..., generator=generator), never from the global random state"
+        )
+    if torch.equal(runs[0], runs[2]):
+        raise CheckFailed(
+            f"calls of {what} with generators seeded differently gave the same ids: draw from "
+            "the generator given, not from a fixed seed"
+        )
+
+
 def check_sample_next_token(fn: Callable[..., Tensor]) -> None:
     """``sample_next_token(logits, prev_ids, temperature=..., penalty=..., min_p=...)`` samples
     from the recorded distributions."""
@@ -446,6 +464,11 @@ def check_sample_next_token(fn: Callable[..., Tensor]) -> None:
         )
         _unchanged(case["logits"].expand(n, V), logits, "sample_next_token", "logits")
         _check_distribution(_frequencies(ids, V, n, what), case, n, what)
+    flat = torch.zeros(300, 8)  # every draw uncertain: seeds that differ give other ids
+    _reproducible(
+        lambda g: _call(fn, flat.clone(), None, generator=g, what="sample_next_token"),
+        "sample_next_token(logits, generator=g)",
+    )
     passed("sample_next_token samples from the right distributions")
 
 
@@ -514,6 +537,12 @@ def check_generate(fn: Callable[..., Tensor]) -> None:
             f"block_size={limit} and should raise a ValueError (the KVCache of T + "
             "max_new_tokens positions does)"
         )
+    prompts = prompt[:1].expand(200, -1).clone()
+    _reproducible(  # a high temperature: every draw uncertain
+        lambda g: _call(fn, model, prompts, 2, temperature=1e4, generator=g, what="generate"),
+        "generate(model, prompt, 2, temperature=1e4, generator=g) (pass generator on to "
+        "sample_next_token)",
+    )
     passed("generate matches the reference with the book's GPT")
 
 

@@ -152,6 +152,27 @@ def test_a_beam_as_wide_as_every_prefix_is_an_exhaustive_search(seed):
             assert row[: len(ids)] == ids and set(row[len(ids) :]) <= {0}, (b, k)
 
 
+@pytest.mark.parametrize("V, max_new", [(4, 4), (5, 3), (6, 3)])
+def test_the_hidden_exhaustive_case_is_exhaustive_without_pad(V, max_new):
+    """The hidden suite's exhaustive case: [PAD] shifted by -1e4 and K = (V - 2)^(max_new - 1),
+    every prefix of max_new - 1 words other than [EOS] and [PAD]: the K best hypotheses there
+    are (none holding [PAD]), best first."""
+    hidden = load("a3_transformer", "a3_record")
+    model = tiny_model(V, V)
+    with torch.no_grad():
+        model.decoder_layers[-1].norm3.weight.abs_().add_(0.5)  # shift_logit divides by it
+    hidden.shift_logit(model, 0, -1e4)
+    src = torch.tensor([[3, 4, 5, 6], [6, 5, 0, 0]])
+    K = (V - 2) ** (max_new - 1)
+    tokens, scores = key.beam_search(model, src, beam_size=K, max_new_tokens=max_new)
+    want = exhaustive_search(model, src, top=K, max_new_tokens=max_new)
+    for b, best in enumerate(want):
+        assert all(0 not in ids for _, ids in best)
+        torch.testing.assert_close(
+            scores[b], torch.tensor([s for s, _ in best], dtype=scores.dtype)
+        )
+
+
 def one_beam(model, src, max_new_tokens, pad_id=0, bos_id=1, eos_id=2):
     """Beam search of width 1, derived by hand: follow the arg-max among the tokens other than
     [EOS]; every prefix of that path followed by [EOS], and the whole path, are the hypotheses."""

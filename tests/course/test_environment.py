@@ -11,11 +11,20 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _pyproject_pins() -> dict[str, str]:
+    """The exact pins of the course's environment. A requirement of the wheel may be a range
+    (``torch>=2.4``: the book's launch notebooks must not replace a reader's torch) when the
+    ``dev`` extra pins it exactly."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    specs = project["dependencies"] + [
-        s for group in project["optional-dependencies"].values() for s in group
-    ]
-    return dict(_split(s) for s in specs)
+    extras = [s for group in project["optional-dependencies"].values() for s in group]
+    pinned = dict(_split(s) for s in extras)
+    for spec in project["dependencies"]:
+        if "==" in spec or _name(spec) not in pinned:
+            pinned.update([_split(spec)])
+    return pinned
+
+
+def _name(spec: str) -> str:
+    return re.match(r"[A-Za-z0-9_.\-]+", spec)[0].lower()
 
 
 def _environment_pins() -> dict[str, str]:

@@ -209,6 +209,139 @@ def test_a_term_of_skips_lms_downloads_rosters_and_regrades(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
+# The rest of the term (issue "[instructor-term-2]")
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_totals_count_only_the_assignments_handed_out(tmp_path):
+    """``make release`` builds every assignment, but one that ``course.yml`` lists as
+    ``unreleased`` stays out of the gradebook (and leaves it, if an earlier release put it
+    there): formgrader's overall score and the export's totals are the released points only."""
+    from nbgrader.api import Gradebook
+    from nbgrader.apps.api import NbGraderAPI
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import PyFileConfigLoader
+
+    course = corpus.make_course(tmp_path / "course", release=False)
+    (course / "home").mkdir()
+    later = "fx_later"
+    shutil.copytree(course / "solutions" / A, course / "solutions" / later)
+    schedule = course / "course.yml"
+    schedule.write_text(f"assignments:\n  {A}: released\n  {later}: released\n")
+    corpus.cli("--course-dir", str(course), "release", A, later)  # as an older release did
+    db = f"sqlite:///{course / 'grading' / 'gradebook.db'}"
+    with Gradebook(db, COURSE_ID) as gb:
+        assert {a.name for a in gb.assignments} == {A, later}
+    schedule.write_text(f"assignments:\n  {A}: released\n  {later}: unreleased\n")
+    out = corpus.cli("--course-dir", str(course), "release", A, later)
+    assert f"{later} is unreleased in course.yml: kept out of the gradebook" in out.stdout
+    assert (course / "assignments" / later / NB).is_file()  # built, only not handed out
+    with Gradebook(db, COURSE_ID) as gb:
+        assert {a.name for a in gb.assignments} == {A}
+        released_points = sum(a.max_score for a in gb.assignments)
+    assert released_points == 10  # 8 autograded + 2 by hand
+
+    roster = course / "students.csv"
+    roster.write_text("id,first_name,last_name,email\nalice,Alice,Ames,a@uni.edu\n")
+    _nbgrader(course, "db", "student", "import", str(roster))
+    _nbgrader(course, "export", "--to", str(tmp_path / "grades.csv"))
+    rows = list(csv.DictReader(open(tmp_path / "grades.csv")))
+    assert {r["assignment"] for r in rows} == {A}, rows
+    assert sum(float(r["max_score"]) for r in rows if r["student_id"] == "alice") == 10
+    cfg = PyFileConfigLoader("nbgrader_config.py", path=str(course)).load_config()
+    cfg.CourseDirectory.course_id = COURSE_ID
+    api = NbGraderAPI(coursedir=CourseDirectory(config=cfg), config=cfg)
+    assert [s["max_score"] for s in api.get_students() if s["id"] == "alice"] == [10]
+
+
+def test_the_roster_and_instructor_data_are_git_ignored():
+    """README: names live only in git-ignored files. The roster the README tells instructors to
+    import, grade tables and the gradebook at the root are ignored; no tracked file is."""
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    private = ["students.csv", "roster.csv", "grading/roster_2026.csv", "grades.csv",
+               "gradebook.db", "marks.xlsx", "instructor/notes.md", "private/extensions.txt",
+               "autograder_out/a2_self_attention/grades.csv", "dist/student.zip"]  # fmt: skip
+    out = subprocess.run(["git", "check-ignore", "--no-index", *private], cwd=REPO,
+                         capture_output=True, text=True)  # fmt: skip
+    assert sorted(out.stdout.split()) == sorted(private), out.stdout + out.stderr
+    tracked = subprocess.run(["git", "ls-files", "-ci", "--exclude-standard"], cwd=REPO,
+                             capture_output=True, text=True)  # fmt: skip
+    assert tracked.stdout == "", f"tracked files the ignore rules would hide:\n{tracked.stdout}"
+
+
+@pytest.mark.slow
+def test_nbgrader_exchange_reaches_the_students_through_the_bundles_config(tmp_path):
+    """nbgrader never reads ``NBGRADER_EXCHANGE``: the course's config and the student's
+    ``~/.jupyter/nbgrader_config.py`` (the bundle's, as the README says) turn it into
+    ``c.Exchange.root``. Released with the variable set, listed and fetched by a student with
+    the same variable and the bundle's config: no "Unwritable directory" of the default."""
+    from autograder.course.embargo import STUDENT_NBGRADER_CONFIG
+
+    course = corpus.make_course(tmp_path / "course")
+    exchange = tmp_path / "srv-exchange"
+    exchange.mkdir(mode=0o777)
+    env = {"NBGRADER_EXCHANGE": str(exchange)}
+    (course / "home").mkdir()
+    _nbgrader(course, "release_assignment", A, "--force", **env)
+    assert (exchange / COURSE_ID / "outbound" / A / NB).is_file()
+
+    student = tmp_path / "alice"
+    (student / ".jupyter").mkdir(parents=True)
+    (student / ".jupyter" / "nbgrader_config.py").write_text(STUDENT_NBGRADER_CONFIG)
+    work = student / "work"
+    work.mkdir()
+
+    def as_student(*args: str) -> subprocess.CompletedProcess:
+        student_env = _env(HOME=str(student), **env)
+        for key in ("JUPYTER_CONFIG_DIR", "JUPYTER_CONFIG_PATH"):
+            student_env.pop(key, None)
+        command = [sys.executable, "-m", "nbgrader", *args]
+        return time_limits.run(command, cwd=work, env=student_env, capture_output=True,
+                               text=True, cpu=600)  # fmt: skip
+
+    listed = as_student("list")
+    said = listed.stdout + listed.stderr
+    assert listed.returncode == 0 and "Unwritable" not in said and A in said, said
+    fetched = as_student("fetch_assignment", A)
+    assert fetched.returncode == 0 and (work / A / NB).is_file(), fetched.stderr
+    readme = (REPO / "README.md").read_text()
+    assert "never from `NBGRADER_EXCHANGE`" in readme and "~/.jupyter/nbgrader_config.py" in readme
+
+
+def test_points_changed_after_submission_are_named_at_grade_time(tmp_path):
+    """The .md and the suite moved a cell to other points and the release was rebuilt after
+    students submitted: the submitted notebooks still say the old points. ``grade`` (through
+    ``bookkeeping.finish``) warns once per changed cell, naming the submissions."""
+    from autograder.integrations.bookkeeping import drift_warnings, points_drift
+
+    release = nbformat.v4.new_notebook()
+    for gid, points in (("check_a", 3), ("explain", 2)):
+        cell = nbformat.v4.new_code_cell("pass")
+        cell.metadata["nbgrader"] = {"grade": True, "grade_id": gid, "points": points}
+        release.cells.append(cell)
+    nbformat.write(release, tmp_path / NB)
+    old = nbformat.from_dict(json.loads(nbformat.writes(release)))
+    old.cells[0].metadata["nbgrader"]["points"] = 2
+    submitted = tmp_path / "alice" / NB
+    submitted.parent.mkdir()
+    nbformat.write(old, submitted)
+    changed = points_drift(submitted, tmp_path / NB)
+    assert changed == [f"points changed since this submission: {NB} check_a is worth 3 in the "
+                       "release, 2 in the submitted notebook (graded out of 3)"], changed  # fmt: skip
+    assert points_drift(tmp_path / NB, tmp_path / NB) == []
+    hostile = json.loads(nbformat.writes(old))
+    hostile["cells"][0]["metadata"]["nbgrader"]["points"] = "many"
+    hostile["cells"][1]["metadata"] = "not a dict"
+    submitted.write_text(json.dumps(hostile))
+    assert points_drift(submitted, tmp_path / NB) == []
+    lines = drift_warnings({"alice": changed, "bob": changed, "carol": []})
+    assert len(lines) == 1 and lines[0].startswith("WARNING: points changed"), lines
+    assert "2 submission(s) (alice, bob)" in lines[0], lines
+
+
+# ---------------------------------------------------------------------------------------------
 # A new assignment: green in the project's own tests, points restated from one edit
 # ---------------------------------------------------------------------------------------------
 
@@ -290,6 +423,15 @@ def test_gradescope_top_level_visibility_follows_the_default():
     assert out["visibility"] == "after_due_date" and out["tests"][0]["visibility"] == (
         "after_due_date"
     )
+
+
+def test_gradescope_written_answers_follow_the_visibility_too():
+    results = {"score": 3, "tests": [{"name": "t.py::test_a"}, {"name": "t.py::test_b"}]}
+    config = {"visibility": "after_due_date", "tests": {"*_b": "hidden"}}
+    out = finish_results(results, config, "<p>my answer</p>")
+    levels = {t["name"]: t["visibility"] for t in out["tests"]}
+    assert levels == {"t.py::test_a": "after_due_date", "t.py::test_b": "hidden",
+                      "Written answers (graded by hand)": "after_due_date"}, levels  # fmt: skip
 
 
 def _wheel(folder: Path, name: str, version: str, files: dict[str, str]) -> None:

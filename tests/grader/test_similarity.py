@@ -385,3 +385,113 @@ def test_grade_report_section_never_fails_grading(monkeypatch, tmp_path, capsys)
     monkeypatch.setattr(command, "run", boom)
     S.report_safely(COURSE, A2, [], tmp_path)
     assert "similarity report skipped: RuntimeError: bad day" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# The key's evidence: never discounted by the class, only by the instructor's rewrites
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def with_background(classes, tmp_path_factory) -> dict:
+    """Per assignment: the corpus class with the instructor's independent rewrites."""
+    out = {}
+    for assignment, (klass, builder, subs, past) in classes.items():
+        bg = klass.write_background(tmp_path_factory.mktemp(f"{assignment}-bg"))
+        out[assignment] = (klass, S.analyse(builder, subs, past=[past], background=[bg]))
+    return out
+
+
+@pytest.mark.parametrize("assignment", [A2, A3])
+def test_heavy_disguises_of_the_key_are_flagged_and_independent_students_are_not(
+    with_background, assignment
+):
+    klass, result = with_background[assignment]
+    against_key = {m.a: m for m in result.matches if m.b == W.REFERENCE}
+    for name in corpus.HEAVY:  # helpers, dead code, other vocabulary and containers
+        assert against_key[name].score >= S.THRESHOLD, (name, against_key[name].score)
+    independent = [
+        (m.a, round(m.score, 2)) for m in result.flagged if klass.origin(m.a) != klass.origin(m.b)
+    ]
+    assert independent == []
+
+
+@pytest.mark.parametrize("assignment", [A2, A3])
+@pytest.mark.parametrize("copies", [4, 6])
+def test_a_key_shared_by_most_of_the_class_is_flagged(assignment, copies, tmp_path):
+    """Half (or three quarters) of a class of 8 hand in the reference word for word: each is
+    flagged against the key, with one line per cell in the report; nobody else is."""
+    klass = corpus.shared_key(assignment, 8, copies)
+    klass.background = dict(list(klass.background.items())[:3])  # the class outweighs them
+    builder = S.Builder(COURSE, assignment)
+    subs = discover(klass.write(tmp_path / "subs"), assignment, list(builder.release_nbs))
+    bg = klass.write_background(tmp_path)
+    result = S.analyse(builder, subs, background=[bg])
+    keyed = {m.a for m in result.flagged if m.b == W.REFERENCE}
+    assert keyed == {n for n in klass.students if n.startswith("k")}
+    assert all(m.key_score >= S.THRESHOLD for m in result.flagged if m.b == W.REFERENCE)
+    assert all(klass.origin(m.a) == klass.origin(m.b) for m in result.flagged)
+    R.write_reports(tmp_path, assignment, result.matches, result.weights, result.per_cell,
+                    S.THRESHOLD)  # fmt: skip
+    md = (tmp_path / "similarity.md").read_text()
+    assert "## Shared with the key" in md
+    assert f"{copies} submissions contain the key's" in md
+    data = json.loads((tmp_path / "similarity.json").read_text())
+    assert all(len(who) == copies for who in data["key"].values()) and data["key"]
+
+
+A1 = "a1_rnn_attention"
+
+
+def test_live_a1_key_file_and_independent_corpus(tmp_path):
+    """The issue's case on the course as it is: 4 of 8 students hand in the solution; the key
+    file is among the references; the independent corpus is the default background; the
+    independent variants, judged against the other variants as background, are not flagged."""
+    nbformat = pytest.importorskip("nbformat")
+    from autograder.tools.authoring import submission
+    from autograder.tools.corpus import load_corpus
+
+    course = Course(corpus.REPO)
+    solution = nbformat.read(str(corpus.REPO / "solutions" / A1 / f"{A1}.ipynb"), as_version=4)
+    variants = load_corpus(course, A1)
+    subs, bg = tmp_path / "subs", tmp_path / "bg"
+    subs.mkdir(), bg.mkdir()
+    for i in range(4):
+        nbformat.write(submission(solution, {}, "key"), str(subs / f"key{i}.ipynb"))
+    for i, name in enumerate(sorted(variants)):
+        cells = {g: {"code": c["code"]} for g, c in variants[name]["cells"].items()}
+        folder = subs if i < 4 else bg
+        nbformat.write(submission(solution, cells, name), str(folder / f"ind{i}.ipynb"))
+    builder = S.Builder(course, A1)
+    owners = {u.owner for units in builder.references().values() for u in units}
+    assert "key (a1_key.py)" in owners
+    found = discover(subs, A1, list(builder.release_nbs))
+    for background in ([], [bg]):  # the default (the yml corpus), the other variants
+        result = S.analyse(builder, found, background=background)
+        keyed = {m.a for m in result.flagged if m.b == W.REFERENCE}
+        assert keyed == {f"key{i}" for i in range(4)}, background
+        assert all(m.a.startswith("key") and m.b.startswith(("key", "ref")) for m in result.flagged)
+
+
+def test_dead_code_and_vocabulary(builder):
+    plain = REFERENCE
+    disguised = """
+def scaled_dot_product_attention(q, k, v, mask=None):
+    debug = False
+    scores = torch.matmul(q, torch.transpose(k, -2, -1)) / math.sqrt(q.size(-1))
+    _probe = scores
+    if debug:
+        print(scores)
+    if mask is not None:
+        scores = torch.masked_fill(scores, mask.logical_not(), torch.finfo(scores.dtype).min)
+    weights = scores.softmax(-1)
+    if mask is not None:
+        weights = torch.where(~mask, 0.0, weights)
+    assert True
+    return (torch.matmul(weights, v), weights)
+"""
+    cell = next(c for c in builder.release.cells if c.key == SDPA)
+    a = builder._unit("a", "student", cell, [("cell", plain)], 0)
+    b = builder._unit("b", "student", cell, [("cell", disguised)], 0)
+    assert "print" not in b.tokens and "debug" not in " ".join(b.tokens)
+    assert a.shapes == b.shapes and a.prints != b.prints

@@ -272,6 +272,8 @@ SEQ2SEQ_MISTAKES = {
     "state_not_carried": "the state is not carried from step to step: feed each step's new "
     "state to the next",
     "no_mask": "the source padding is not masked: pass source_mask(src_lengths, T) to the decoder",
+    "own_predictions": "the decoder is fed its own predictions: with teacher forcing the input "
+    "at step t is the true previous token tgt_in[:, t]",
 }
 
 
@@ -283,8 +285,11 @@ def seq2seq_variant(model: nn.Module, src, lengths, tgt_in, mistake: str = ""):
     s = torch.zeros_like(s0) if mistake == "no_init" else s0
     feed = s0.clone() if mistake == "feed_is_state" else torch.zeros_like(s0)
     logits, weights = [], []
+    y = tgt_in[:, 0]
     for t in range(tgt_in.shape[1]):
-        out, s_new, feed_new, a = model.decoder(tgt_in[:, t], s, feed, h, mask)
+        y = y if mistake == "own_predictions" else tgt_in[:, t]
+        out, s_new, feed_new, a = model.decoder(y, s, feed, h, mask)
+        y = out.argmax(-1)
         s = s if mistake == "state_not_carried" else s_new
         feed = feed if mistake == "no_feed" else feed_new
         logits.append(out)

@@ -76,6 +76,12 @@ def test_luong_align_dot(student, rng):
 @pytest.mark.points(1, cell="check_luong_align")
 def test_luong_align_general(student, rng):
     check_align(student, rng, "general")
+    # "general" is the default method
+    h_t, h_s, mask, _, W_a, _ = align_inputs(rng, "general")
+    check_close(student.luong_align(h_t, h_s, mask, W_a=W_a),
+                key.luong_align(h_t, h_s, mask, "general", W_a),
+                name="the weights of luong_align(h_t, h_s, mask, W_a=W_a) (the default method, "
+                '"general")')  # fmt: skip
 
 
 @pytest.mark.points(1, cell="check_luong_align")
@@ -360,3 +366,6 @@ def test_sequence_loss_ignores_extra_padding(student, rng):
     assert dy.inputs[0] is not None and torch.isfinite(dy.inputs[0]).all(), (
         "the loss is not differentiable with respect to the logits"
     )
+    check_close(student.sequence_loss(longer_logits, longer_tgt),
+                key.sequence_loss(logits, tgt, PAD),
+                name="the loss with the default pad_id (0)")  # fmt: skip

@@ -45,7 +45,7 @@ def _differing(want: Tensor, mistakes: dict[str, Tensor]) -> dict[str, Tensor]:
 def bilinear() -> dict:
     g = torch.Generator().manual_seed(20)
     cases = []
-    for batch, N_Q, N_X, D_q, D_k in [((2,), 5, 5, 4, 4), ((2, 3), 3, 6, 5, 2)]:
+    for batch, N_Q, N_X, D_q, D_k in [((2,), 5, 5, 4, 4), ((), 4, 3, 3, 5), ((2, 3), 3, 6, 5, 2)]:
         q = torch.randn(*batch, N_Q, D_q, generator=g)
         k = torch.randn(*batch, N_X, D_k, generator=g)
         W = torch.randn(D_q, D_k, generator=g)
@@ -77,7 +77,8 @@ def bilinear() -> dict:
 def additive() -> dict:
     g = torch.Generator().manual_seed(21)
     cases = []
-    for batch, N_Q, N_X, D_q, D_k, A in [((2,), 4, 4, 3, 5, 6), ((2, 2), 3, 5, 4, 2, 5)]:
+    for batch, N_Q, N_X, D_q, D_k, A in [((2,), 4, 4, 3, 5, 6), ((), 3, 4, 2, 3, 4),
+                                         ((2, 2), 3, 5, 4, 2, 5)]:  # fmt: skip
         q = torch.randn(*batch, N_Q, D_q, generator=g)
         k = torch.randn(*batch, N_X, D_k, generator=g)
         W_q, W_k = torch.randn(D_q, A, generator=g), torch.randn(D_k, A, generator=g)
@@ -119,11 +120,16 @@ def mask_variant(lengths, T, causal, window, mistake=""):
     keep = (j <= L) if mistake == "length" else (j < L)
     if mistake == "queries":
         keep = i < L
+    if mistake == "pad_both":
+        keep = keep & (i < L)
     if causal or mistake == "always_causal":
-        keep = keep & ((j >= i) if mistake == "causal_flip" else (j <= i))
+        rule = {"causal_flip": j >= i, "causal_strict": j < i}.get(mistake, j <= i)
+        keep = keep & rule
     if window is not None:
         if mistake == "window_off":
             keep = keep & ((i - j).abs() <= window)
+        elif mistake == "window_narrow":
+            keep = keep & ((i - j).abs() < window - 1)
         elif mistake == "window_left":
             keep = keep & (i - j >= 0) & (i - j < window)
         elif mistake != "no_window":
@@ -136,6 +142,12 @@ MASK_MISTAKES = {
     "queries": "the padding masks the queries (rows) instead of the keys (columns): a row i "
     "keeps the keys j < lengths[b]",
     "causal_flip": "the causal mask is upside down: query i may attend to keys j <= i",
+    "causal_strict": "the causal mask hides the diagonal: query i may attend to itself, keep "
+    "j <= i (tril, not tril(-1))",
+    "pad_both": "the padding masks the queries too: padding masks keys only, a padded query row "
+    "still sees the real keys allowed by the other rules",
+    "window_narrow": "the window is one too narrow: keep |i - j| < window (window = 2: itself "
+    "and one neighbour on each allowed side)",
     "window_off": "the window is one too wide: keep |i - j| < window (window = 1: only itself)",
     "window_left": "the window only looks back even when causal=False: without causality a key "
     "is kept when |i - j| < window, on both sides",
@@ -146,10 +158,10 @@ MASK_MISTAKES = {
 
 
 def masks() -> dict:
-    lengths = torch.tensor([6, 4, 1])
     cases = []
     for T, causal, window in [(6, True, None), (6, True, 2), (6, False, None), (6, False, 3),
                               (5, True, 1)]:  # fmt: skip
+        lengths = torch.tensor([T, 4, 1])  # lengths <= T, as the book's padding_mask asks
         want = key.combine_masks(lengths, T, causal=causal, window=window)
         mistakes = {}
         for name, message in MASK_MISTAKES.items():
@@ -185,10 +197,18 @@ def gqa_variant(m: key.GroupedQueryAttention, x: Tensor, mask, mistake="") -> tu
     use_mask = mask is not None and mistake != "no_mask"
     if use_mask:
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = scores.softmax(dim=-1)
-    if use_mask:
-        weights = weights.masked_fill(~mask, 0.0)
-    y = (weights @ v).transpose(1, 2).reshape(B, T, C)
+    if use_mask and mistake == "mask_inverted":
+        scores = q @ k.transpose(-2, -1) / scale
+        scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)
+        weights = scores.softmax(dim=-1).masked_fill(mask, 0.0)
+    else:
+        weights = scores.softmax(dim=-2 if mistake == "softmax_queries" else -1)
+        if use_mask:
+            weights = weights.masked_fill(~mask, 0.0)
+    if mistake == "merge_no_transpose":
+        y = (weights @ v).reshape(B, T, C)
+    else:
+        y = (weights @ v).transpose(1, 2).reshape(B, T, C)
     return (y if mistake == "no_out" else m.out_proj(y)), weights
 
 
@@ -204,6 +224,12 @@ GQA_MISTAKES = {
     "split": "the heads are split with a plain view to (B, H, T, D): view as (B, T, H, D) "
     "first, then move the head axis in front (transpose(1, 2))",
     "no_out": "the output projection is missing: y = out_proj(concatenated heads)",
+    "softmax_queries": "the softmax is taken over the wrong axis (the queries): each query's "
+    "weights over the keys sum to 1, softmax(dim=-1)",
+    "merge_no_transpose": "the heads are concatenated with a plain reshape of (B, H, T, D): move "
+    "the head axis back first, y.transpose(1, 2).reshape(B, T, C)",
+    "mask_inverted": "the keep-mask is used the wrong way round: True means the key may be "
+    "attended, so fill the scores where the mask is False (~mask)",
 }
 
 
@@ -255,6 +281,8 @@ def rotary_variant(x: Tensor, offset: int, base: float, mistake: str = "") -> Te
         first, second = x[..., : D // 2], x[..., D // 2 :]
         return torch.cat([first * cos - second * sin, first * sin + second * cos], dim=-1)
     even, odd = x[..., 0::2], x[..., 1::2]
+    if mistake == "out_halves":
+        return torch.cat([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 
 
@@ -267,6 +295,9 @@ ROTARY_MISTAKES = {
     "positive": "the frequencies grow with k: theta_k = base^(-2k / D), a minus sign",
     "no_offset": "the offset is ignored: the token in row t sits at position offset + t",
     "from_one": "the positions start at 1: the first row sits at position offset",
+    "out_halves": "the rotated pairs are put back as two halves (all y_2k, then all y_2k+1): "
+    "interleave them again, pair k in coordinates 2k and 2k + 1 (stack on a last axis, then "
+    "flatten)",
 }
 
 
@@ -300,13 +331,14 @@ def t5_variant(module: key.T5RelativeBias, scores: Tensor, offset: int, mistake:
     bucket = torch.zeros_like(rel)
     if bidirectional:
         nb //= 2
-        bucket = bucket + (rel > 0).long() * nb
+        bucket = bucket + ((rel < 0) if mistake == "upper_left" else (rel > 0)).long() * nb
         distance = rel.abs()
     else:
         distance = rel.abs() if mistake == "decoder_abs" else (-rel).clamp(min=0)
     exact = nb // 2
     far = exact + (torch.log(distance.float() / exact) / math.log(md / exact) * (nb - exact)).long()
-    far = far.clamp(max=nb - 1)
+    if mistake != "no_cap":
+        far = far.clamp(max=nb - 1)
     bucket = (bucket + torch.where(distance < exact, distance, far)).clamp(
         max=module.num_buckets - 1
     )
@@ -330,6 +362,10 @@ T5_MISTAKES = {
     "reshape": "the (T_q, T_k, H) lookup is reshaped to (H, T_q, T_k), which mixes heads and "
     "positions: move the head axis in front with permute(2, 0, 1)",
     "bias_only": "it returns the bias alone: return scores + bias",
+    "no_cap": "the far buckets are not capped: distances past max_distance share the last "
+    "bucket of their half, min(bucket, n - 1)",
+    "upper_left": "the keys to the LEFT get the upper half: the keys to the right (j - i > 0) "
+    "get buckets n .. 2n - 1",
 }
 
 

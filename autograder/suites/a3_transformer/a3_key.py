@@ -97,10 +97,12 @@ def label_smoothed_cross_entropy(
 ) -> Tensor:
     """Mean over the non-ignored targets of (1 - eps) * NLL + eps * mean_v(-log p_v)."""
     log_probs = logits.log_softmax(dim=-1)  # (..., V)
-    nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (...)
+    keep = target != ignore_index  # (...)
+    safe = target.masked_fill(~keep, 0)  # any valid id: ignore_index may be -100
+    nll = -log_probs.gather(-1, safe.unsqueeze(-1)).squeeze(-1)  # (...)
     uniform = -log_probs.mean(dim=-1)  # (...)
     loss = (1 - smoothing) * nll + smoothing * uniform
-    return loss[target != ignore_index].mean()
+    return loss[keep].mean()
 
 
 @torch.no_grad()

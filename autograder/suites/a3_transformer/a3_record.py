@@ -262,10 +262,18 @@ def label_smoothing() -> dict:
         "raw logits are used instead of log-probabilities: take log_softmax(dim=-1) first": (
             (1 - eps) * raw + eps * -logits.mean(-1)
         )[keep].mean(),
+        "the smoothing term sums -log p_v over the vocabulary: it is the mean, smoothing * "
+        "mean_v(-log p_v) (smoothing / V on each token)": ((1 - eps) * nll + eps * V * uniform)[
+            keep
+        ].mean(),
     }
     want = key.label_smoothed_cross_entropy(logits, target, eps, ignore_index=PAD)
+    # F.cross_entropy's ignore_index, -100: no token id, so it must never index the vocabulary
+    target_100 = target.masked_fill(~keep, -100)
+    want_100 = key.label_smoothed_cross_entropy(logits, target_100, eps, ignore_index=-100)
     return {"logits": logits, "target": target, "smoothing": eps, "ignore_index": PAD,
-            "want": want, "mistakes": mistakes}  # fmt: skip
+            "want": want, "mistakes": mistakes, "target_100": target_100,
+            "want_100": want_100}  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -287,6 +295,8 @@ BEAM_MISTAKES = {
     "at -inf, or the beam fills with copies of one hypothesis",
     "unsorted": "the hypotheses are not sorted: return each sentence's K best, best first",
     "bos": "the hypotheses start with [BOS]: return only the generated tokens",
+    "length_norm": "the scores are divided by the hypothesis length: a hypothesis's score is its "
+    "summed log-probability, with no length normalisation",
     "tiled": "the decoder's rows read the wrong sentence's memory: row b * K + k is hypothesis "
     "k of sentence b, so repeat each sentence's memory and mask K times in place, "
     "repeat_interleave(K, dim=0) (repeat(K, 1, 1) gives row i sentence i % B)",
@@ -330,6 +340,8 @@ def beam_variant(model, src, K, max_new, mistake=""):
             for k in range(K):
                 if scores[b, k] > float("-inf"):
                     finished[b].append((scores[b, k].item(), prefixes[b][k]))
+    if mistake == "length_norm":
+        finished = [[(s / len(ids), ids) for s, ids in found] for found in finished]
     if mistake == "unsorted":
         best = [found[:K] for found in finished]
     else:
@@ -346,6 +358,37 @@ def beam_variant(model, src, K, max_new, mistake=""):
     return out, out_scores
 
 
+@torch.no_grad()
+def cut_gap(model, src, K, max_new) -> float:
+    """The smallest gap, relative to 1 + |score|, between the K-th and the (K + 1)-th best
+    extension at the steps where the beam drops some (every step but the last, whose cut is the
+    final one: a tie there lets either hypothesis be returned, which the tests accept). Cuts
+    among hypotheses holding [PAD] (score under -1e3) never reach the answer and are skipped."""
+    B = src.shape[0]
+    src_mask = src != PAD
+    memory = model.encode(src, src_mask).repeat_interleave(K, dim=0)
+    src_mask = src_mask.repeat_interleave(K, dim=0)
+    tokens = torch.full((B * K, 1), BOS, dtype=torch.long)
+    scores = torch.full((B, K), float("-inf"), dtype=torch.float64)
+    scores[:, 0] = 0.0
+    gap = float("inf")
+    for _ in range(max_new - 1):
+        log_probs = model.decode(tokens, memory, src_mask)[:, -1].double().log_softmax(-1)
+        V = log_probs.shape[-1]
+        candidates = scores[:, :, None] + log_probs.view(B, K, V)
+        candidates[:, :, EOS] = float("-inf")
+        ranked = candidates.view(B, K * V).sort(dim=-1, descending=True).values
+        kth, next_ = ranked[:, K - 1], ranked[:, K]
+        counted = kth > -1e3
+        if counted.any():
+            gap = min(gap, ((kth - next_) / (1 + kth.abs()))[counted].min().item())
+        scores, index = candidates.view(B, K * V).topk(K, dim=-1)
+        rows = index // V + torch.arange(B)[:, None] * K
+        tokens = torch.cat([tokens[rows.flatten()], (index % V).view(-1, 1)], dim=1)
+    return gap
+
+
+CUT_MARGIN = 1e-6  # no two extensions nearer at a cut: every correct search keeps the same beam
 BEAM_MODEL = dict(src_vocab_size=9, tgt_vocab_size=7, d_model=8, num_heads=2,
                   num_encoder_layers=1, num_decoder_layers=1, d_ff=12, share_embeddings=False,
                   tie_embeddings=False, fused_attn=False)  # fmt: skip
@@ -385,11 +428,13 @@ def beam_search() -> dict:
         ("hypotheses that never emit [EOS]", 42, -1e4, 2, 4),
     ]:
         model = beam_model(seed, shift)
+        assert cut_gap(model, src, K, max_new) > CUT_MARGIN, f"a near tie in the beam: {what}"
         tokens, scores = key.beam_search(model, src, beam_size=K, max_new_tokens=max_new)
         mistakes = {}
         for name, message in BEAM_MISTAKES.items():
             wrong, wrong_scores = beam_variant(model, src, K, max_new, name)
-            if wrong.shape != tokens.shape or not torch.equal(wrong, tokens):
+            same_tokens = wrong.shape == tokens.shape and torch.equal(wrong, tokens)
+            if not same_tokens or not torch.allclose(wrong_scores, scores, atol=1e-6):
                 mistakes[message] = {"tokens": wrong, "scores": wrong_scores}
         cases.append({"what": what, "seed": seed, "eos_shift": shift, "beam_size": K,
                       "max_new_tokens": max_new, "state": _state(model), "src": src,

@@ -313,6 +313,11 @@ def gqa_variant(ref: key.GroupedCausalSelfAttention, x: Tensor, past=None, mista
     q = ref.q_proj(x).view(B, T, H, D).transpose(1, 2)
     k = ref.k_proj(x).view(B, T, G, D).transpose(1, 2)
     v = ref.v_proj(x).view(B, T, G, D).transpose(1, 2)
+    if mistake == "split_no_transpose":  # (B, T, C) viewed as (B, heads, T, D) directly
+        q, k, v = (
+            proj(x).reshape(B, n, T, D)
+            for proj, n in ((ref.q_proj, H), (ref.k_proj, G), (ref.v_proj, G))
+        )
     if past is not None:
         if mistake == "cat_order":
             k, v = torch.cat([k, past[0]], 2), torch.cat([v, past[1]], 2)
@@ -323,7 +328,7 @@ def gqa_variant(ref: key.GroupedCausalSelfAttention, x: Tensor, past=None, mista
         k_all, v_all = k.repeat(1, H // G, 1, 1), v.repeat(1, H // G, 1, 1)
     else:
         k_all, v_all = k.repeat_interleave(H // G, 1), v.repeat_interleave(H // G, 1)
-    scale = math.sqrt(C) if mistake == "scale_c" else math.sqrt(D)
+    scale = {"scale_c": math.sqrt(C), "no_scale": 1.0}.get(mistake, math.sqrt(D))
     scores = q @ k_all.transpose(-2, -1) / scale
     keep = torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)
     if mistake == "no_offset":
@@ -334,7 +339,8 @@ def gqa_variant(ref: key.GroupedCausalSelfAttention, x: Tensor, past=None, mista
     if mistake != "no_mask" and not (mistake == "mask_only_full" and past is not None):
         scores = scores.masked_fill(~keep, float("-inf"))
     w = torch.softmax(scores, dim=-2 if mistake == "softmax_dim" else -1)
-    y = (w @ v_all).transpose(1, 2).reshape(B, T, C)
+    y = w @ v_all  # (B, H, T, D)
+    y = y.reshape(B, T, C) if mistake == "merge_no_transpose" else y.transpose(1, 2).reshape(B, T, C)
     y = y if mistake == "no_o_proj" else ref.o_proj(y)
     if mistake == "cache_repeated":
         return y, (k_all, v_all)
@@ -351,6 +357,11 @@ GQA_MISTAKES = {
     "softmax_dim": "the softmax runs over the queries: normalise over the keys (dim=-1)",
     "no_o_proj": "the output projection o_proj is missing",
     "strict": "a token does not attend to itself: position i sees 0 .. i, itself included",
+    "no_scale": "the scores are not scaled: divide them by sqrt(D), D = C / H",
+    "split_no_transpose": "the heads are split with view(B, H, T, D), which mixes tokens and "
+    "heads: view the projection as (B, T, H, D), then transpose(1, 2)",
+    "merge_no_transpose": "the heads are merged with reshape(B, T, C) straight from (B, H, T, D), "
+    "which mixes tokens and heads: transpose(1, 2) back to (B, T, H, D) first",
 }
 CACHE_MISTAKES = {
     "no_offset": "the causal mask starts at 0 inside a chunk that follows a cache: new token "

@@ -15,6 +15,7 @@ it is graded on its own. Failure messages say what is wrong and where, never the
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import a4_key as key
@@ -491,12 +492,13 @@ def gqa_pair(student, rng, *, H=None, G=None):
         H = G * draw(rng, 2, 3)
     D = draw(rng, 2, 4)
     sizes = dict(n_embd=H * D, n_head=H, n_kv_head=G)
-    ref = key.GroupedCausalSelfAttention(**sizes)
+    ref = key.GroupedCausalSelfAttention(**sizes).double()
     with torch.no_grad():
         for p in ref.parameters():
-            p.copy_(0.6 * torch.randn(p.shape, generator=rng))
+            p.copy_(0.6 * torch.randn(p.shape, generator=rng, dtype=p.dtype))
     ref.eval()
     mine = student.GroupedCausalSelfAttention(**sizes)
+    mine.double()  # float64 on both sides: rounding never decides (scores reach about 80)
     mine.load_state_dict(ref.state_dict())
     mine.eval()
     return ref, mine, sizes
@@ -512,7 +514,7 @@ def unpack(out, what: str):
 def x_for(rng, sizes, B=None, T=None):
     B = B or draw(rng, 1, 3)
     T = T or draw(rng, 2, 8)
-    return torch.randn(B, T, sizes["n_embd"], generator=rng)
+    return torch.randn(B, T, sizes["n_embd"], generator=rng, dtype=torch.float64)
 
 
 @pytest.mark.points(2, cell="check_grouped_attention")
@@ -581,7 +583,7 @@ def test_gqa_is_causal(student, rng):
     x = x_for(rng, sizes, T=draw(rng, 4, 8))
     t = draw(rng, 1, x.shape[1] - 1)
     changed = x.clone()
-    changed[:, t:] = torch.randn(changed[:, t:].shape, generator=rng) * 2
+    changed[:, t:] = torch.randn(changed[:, t:].shape, generator=rng, dtype=x.dtype) * 2
     first, _ = unpack(mine(x), "GroupedCausalSelfAttention(x)")
     second, _ = unpack(mine(changed), "GroupedCausalSelfAttention(x)")
     check_close(
@@ -601,7 +603,7 @@ def test_gqa_gradients(student, rng):
     ref, mine, sizes = gqa_pair(student, rng)
     mine.train()
     x = x_for(rng, sizes)
-    dy = torch.randn(x.shape, generator=rng)
+    dy = torch.randn(x.shape, generator=rng, dtype=x.dtype)
     got = mine.backward(x, grad_output=dy)
     leaf = x.clone().requires_grad_(True)
     ref(leaf)[0].backward(dy)
@@ -722,7 +724,13 @@ def test_min_p_any_shape(student, rng):
 @pytest.mark.points(1, cell="check_min_p_filter")
 @pytest.mark.forbid(*BOOK_SAMPLING)
 def test_min_p_extremes(student, rng):
-    logits = torch.randn(3, draw(rng, 5, 20), generator=rng) * 3
+    V = draw(rng, 5, 20)
+    while True:  # no probability within rounding of min_p = 1 (a tie with the top) or of 0.2
+        logits = torch.randn(3, V, generator=rng) * 3
+        probs = logits.double().softmax(-1)
+        ratio = probs / probs.amax(-1, keepdim=True)
+        if (((ratio - 0.2).abs() > 1e-4) & ((ratio == 1) | (ratio < 1 - 1e-4))).all():
+            break
     every = student.min_p_filter(logits, 0.0)
     same_filter(every, logits, "min_p_filter with min_p=0 (keeps every token)")
     top = student.min_p_filter(logits, 1.0)
@@ -871,7 +879,7 @@ def sample(student, rng, logits, prev=None, **options):
     return student.sample_next_token.unmodified(rows, prev_rows, **options)
 
 
-@pytest.mark.points(1, cell="check_sample_next_token")
+@pytest.mark.points(0.5, cell="check_sample_next_token")
 @pytest.mark.forbid(*BOOK_SAMPLING)
 def test_sample_temperature(student, rng):
     for temperature in (0.5, 1.8):
@@ -952,6 +960,43 @@ def test_sample_all_together_row_by_row(student, rng):
             f"sample_next_token(penalty={theta}, temperature={t}, min_p={mp}) "
             f"in row block {b} (each row its own logits and prev_ids)",
         )
+
+
+def same_draws(student, call, what: str, seed: int) -> None:
+    """``call(generator)`` twice with generators seeded ``seed`` gives the same ids, and once with
+    another seed other ids: the draws come from ``generator``, not from the global random state
+    (which the worker keeps, and which moves between the calls)."""
+    runs = []
+    for s in (seed, seed, seed + 1):
+        g = student.build("torch.Generator")
+        g.manual_seed(s)
+        runs.append(call(g))
+    assert all(isinstance(r, Tensor) and r.shape == runs[0].shape for r in runs), (
+        f"{what} should return tensors of the same shape for the same inputs"
+    )
+    assert torch.equal(runs[0], runs[1]), (
+        f"two calls of {what} with generators seeded alike gave different ids: sample with "
+        "torch.multinomial and generator (draw every random number from generator)"
+    )
+    assert not torch.equal(runs[0], runs[2]), (
+        f"calls of {what} with generators seeded differently gave the same ids: sample from "
+        "generator, not from a fixed seed or the global random state"
+    )
+
+
+@pytest.mark.points(0.5, cell="check_sample_next_token")
+@pytest.mark.forbid(*BOOK_SAMPLING)
+def test_sample_uses_the_generator(student, rng):
+    V = draw(rng, 6, 15)
+    logits = (torch.randn(V, generator=rng) * 0.5).expand(300, V).clone()  # no certain draw
+    prev = torch.randint(V, (300, 3), generator=rng)
+    options = dict(temperature=1.3, penalty=1.5, min_p=0.01)
+    same_draws(
+        student,
+        lambda g: student.sample_next_token(logits, prev, **options, generator=g),
+        "sample_next_token(logits, prev_ids, ..., generator=g)",
+        draw(rng, 0, 10**6),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -1059,6 +1104,19 @@ def test_generate_samples_with_the_options(student, rng):
         exact(last, prompt[0], temperature=t, penalty=theta, min_p=mp),
         f"the first token of generate(..., temperature={t}, penalty={theta}, "
         f"min_p={mp}) (pass the prompt and the options on)",
+    )
+    # a temperature at which 200 rows drawn twice agree by chance with probability < 1e-9
+    hot = next(
+        h
+        for h in (2.0, 8.0, 50.0, 1e4)
+        if 200 * math.log(float((exact(last, temperature=h) ** 2).sum())) < math.log(1e-9)
+    )
+    prompts = prompt.expand(200, -1).clone()
+    same_draws(
+        student,
+        lambda g: student.generate(mine, prompts, 2, temperature=hot, generator=g),
+        "generate(..., generator=g) (pass generator on to sample_next_token)",
+        draw(rng, 0, 10**6),
     )
 
 

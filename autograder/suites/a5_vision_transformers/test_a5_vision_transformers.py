@@ -37,12 +37,22 @@ def close(actual: object, expected: Tensor, name: str, atol: float = 1e-5) -> No
 
 
 def perturb(module: nn.Module, rng: torch.Generator) -> nn.Module:
-    """Random weights; LayerNorm gains around 1 (at exactly 1 a missing norm could hide)."""
+    """Random weights; LayerNorm gains around 1 (at exactly 1 a missing norm could hide). The
+    module in float64, as the student's is graded: rounding never decides a test."""
+    module = module.double()
     with torch.no_grad():
         for name, p in module.named_parameters():
             base = 1.0 if "norm" in name and name.endswith("weight") else 0.0
-            p.copy_(base + 0.5 * torch.randn(p.shape, generator=rng))
+            p.copy_(base + 0.5 * torch.randn(p.shape, generator=rng, dtype=p.dtype))
     return module.eval()
+
+
+def load(mine, reference: nn.Module):
+    """The student's module in float64 with the reference's weights, in eval mode."""
+    mine.double()
+    mine.load_state_dict(reference.state_dict())
+    mine.eval()
+    return mine
 
 
 def mixed_sides(rng: torch.Generator, size: int, *, pad: bool = True) -> tuple[int, int]:
@@ -78,7 +88,8 @@ def test_patchify_padded_pads_bottom_and_right(student, rng):
     for _ in range(2):
         P = draw(rng, 3, 4)
         H, W = mixed_sides(rng, P)
-        images = torch.randn(draw(rng, 1, 3), draw(rng, 1, 3), H, W, generator=rng)
+        # B > 1 and C > 1 under every name: the order of images and of (C, P, P) shows
+        images = torch.randn(draw(rng, 2, 3), draw(rng, 2, 3), H, W, generator=rng)
         close(student.patchify_padded(images, P), key.patchify_padded(images, P),
               f"patchify_padded(images {tuple(images.shape)}, {P})")  # fmt: skip
 
@@ -88,7 +99,7 @@ def test_patchify_padded_pads_only_what_is_needed(student, rng):
     P = draw(rng, 2, 4)
     gh, gw = draw(rng, 1, 3), draw(rng, 2, 4)
     for H, W in ((P * gh, P * gw), (P * gh, P * gw + draw(rng, 1, P - 1))):
-        images = torch.randn(draw(rng, 1, 2), draw(rng, 1, 3), H, W, generator=rng)
+        images = torch.randn(draw(rng, 1, 2), draw(rng, 2, 3), H, W, generator=rng)
         close(student.patchify_padded(images, P), key.patchify_padded(images, P),
               f"patchify_padded(images {tuple(images.shape)}, {P}) (a side that is a multiple "
               "of P)")  # fmt: skip
@@ -130,18 +141,18 @@ def vit_pair(student, rng):
     P = draw(rng, 2, 3)
     # dim >= 8: at dim = 4 sincos_2d has one frequency per axis, where the sin/cos layout and
     # the frequencies' order cannot be wrong, so those mistakes scored by name
-    sizes = dict(patch_size=P, in_channels=draw(rng, 1, 2), num_classes=draw(rng, 3, 10),
+    # in_channels > 1: patches flattened as (P, P, C) instead of (C, P, P) show
+    sizes = dict(patch_size=P, in_channels=draw(rng, 2, 3), num_classes=draw(rng, 3, 10),
                  dim=8 * heads * draw(rng, 1, 2), depth=draw(rng, 1, 2), num_heads=heads,
                  mlp_dim=draw(rng, 8, 24))  # fmt: skip
     reference = perturb(key.SimpleViT(**sizes), rng)
-    mine = student.SimpleViT(**sizes)
-    mine.load_state_dict(reference.state_dict())
-    mine.eval()
+    mine = load(student.SimpleViT(**sizes), reference)
     while True:  # a grid that is not square; with P = 2, one side padded and the other not
         H, W = mixed_sides(rng, 3) if P == 3 else mixed_sides(rng, 4, pad=False)
         if -(-H // P) != -(-W // P):
             break
-    images = torch.rand(draw(rng, 2, 3), sizes["in_channels"], H, W, generator=rng)
+    images = torch.rand(draw(rng, 2, 3), sizes["in_channels"], H, W, generator=rng,
+                        dtype=torch.float64)  # fmt: skip
     return reference, mine, images
 
 
@@ -180,7 +191,7 @@ def test_simple_vit_attention_weights(student, rng):
 
 def padded_map(rng, ws: int) -> Tensor:
     H, W = mixed_sides(rng, ws)
-    return torch.randn(draw(rng, 1, 3), H, W, draw(rng, 1, 4), generator=rng)
+    return torch.randn(draw(rng, 2, 3), H, W, draw(rng, 2, 4), generator=rng)  # B, C > 1
 
 
 @pytest.mark.points(2, cell="check_window_partition_padded")
@@ -210,7 +221,7 @@ def test_windows_round_trip_when_one_side_is_a_multiple(student, rng):
     H, W = ws * draw(rng, 2, 3), ws * draw(rng, 1, 2) + draw(rng, 1, ws - 1)
     if draw(rng, 0, 1):
         H, W = W, H
-    x = torch.randn(2, H, W, draw(rng, 1, 3), generator=rng)
+    x = torch.randn(2, H, W, draw(rng, 2, 3), generator=rng)
     windows = student.window_partition_padded(x, ws)
     close(windows, key.window_partition_padded(x, ws),
           f"window_partition_padded of a {H} x {W} map, window {ws}")  # fmt: skip
@@ -253,10 +264,9 @@ def test_shifted_window_mask_without_shift_or_without_padding(student, rng):
 def expanding_pair(student, rng):
     C = 2 * draw(rng, 3, 5)  # a LayerNorm over C/2 = 2 channels only ever gives +-1
     reference = perturb(key.PatchExpanding(dim=C), rng)
-    mine = student.PatchExpanding(dim=C)
-    mine.load_state_dict(reference.state_dict())
+    mine = load(student.PatchExpanding(dim=C), reference)
     H = draw(rng, 1, 3)
-    x = torch.randn(draw(rng, 1, 3), H, H + draw(rng, 1, 2), C, generator=rng)
+    x = torch.randn(draw(rng, 2, 3), H, H + draw(rng, 1, 2), C, generator=rng, dtype=torch.float64)
     return reference, mine, x
 
 
@@ -274,7 +284,7 @@ def test_patch_expanding_each_token_becomes_its_own_block(student, rng):
     B, H, W, C = x.shape
     i, j = draw(rng, 0, H - 1), draw(rng, 0, W - 1)
     changed = x.clone()
-    changed[:, i, j] += torch.randn(B, C, generator=rng)
+    changed[:, i, j] += torch.randn(B, C, generator=rng, dtype=x.dtype)
     diff = (mine(changed) - mine(x)).abs().sum(dim=(0, 3)) > 1e-6  # (2H, 2W)
     block = torch.zeros(2 * H, 2 * W, dtype=torch.bool)
     block[2 * i : 2 * i + 2, 2 * j : 2 * j + 2] = True
@@ -295,10 +305,8 @@ def xca_pair(student, rng):
     reference = perturb(key.XCAttention(dim=C, num_heads=heads), rng)
     with torch.no_grad():
         reference.temperature.copy_(0.5 + 3 * torch.rand(heads, 1, 1, generator=rng))
-    mine = student.XCAttention(dim=C, num_heads=heads)
-    mine.load_state_dict(reference.state_dict())
-    mine.eval()
-    x = torch.randn(draw(rng, 1, 3), draw(rng, 6, 20), C, generator=rng)  # N > d
+    mine = load(student.XCAttention(dim=C, num_heads=heads), reference)
+    x = torch.randn(draw(rng, 2, 3), draw(rng, 6, 20), C, generator=rng, dtype=torch.float64)
     return reference, mine, x
 
 

@@ -1,8 +1,9 @@
 """Similarity report: which submissions share code that few others in the class wrote.
 
 For every graded (solution) code cell of an assignment, each submission's code is compared with
-every other submission's, with the references (the same-named objects in ``course_lib`` and the
-solution notebook's cell) and with optional past submissions. It only flags: scores are never
+every other submission's, with the references (the same-named objects in ``course_lib`` and in
+the answer key ``autograder/suites/<name>/aN_key.py``, and the solution notebook's cell) and
+with optional past submissions. It only flags: scores are never
 touched. The pipeline, one module each:
 
 - :mod:`.units`: the code ``grade`` runs, per graded cell (the grader's own intake: nothing is
@@ -13,7 +14,10 @@ touched. The pipeline, one module each:
 - :mod:`.fingerprints`: winnowed k-gram hashes of the normalised tokens;
 - :mod:`.weighting`: each fingerprint weighed by how many submissions of the class (and of the
   instructor's independent rewrites, ``--background``) hold it, so that the one natural way to
-  write a cell counts for nothing; one ranked list of pairs with the evidence summed over cells;
+  write a cell counts for nothing; the key's code is the exception: against the references a
+  fingerprint counts unless the rewrites (by default the course's independent corpus) hold it,
+  in the token stream and in a shape stream that survives heavy disguises, so a key half the
+  class hands in is still flagged; one ranked list of pairs with the evidence summed over cells;
 - :mod:`.report`: similarity.md/.html/.json, a side-by-side view of every flagged pair;
 - :mod:`.command`: ``python -m autograder similarity`` and ``grade``'s report section.
 

@@ -72,6 +72,8 @@ def analyse(
     for key, units in _folder_units(builder, past, assignment, "past").items():
         refs.setdefault(key, []).extend(units)
     rewrites = _folder_units(builder, background, assignment, "background")
+    if not background:  # the course's independent corpus: written without the key
+        rewrites = builder.rewrites()
     groups: dict[str, str] = {}
     for _ in range(PASSES):
         weights = {

@@ -3,7 +3,15 @@
 Comments, docstrings, annotations and string contents vanish; ``x += y`` is ``x = x + y``; local
 names become ``v`` and import aliases their dotted module path; commutative operands and
 independent statements are put in a canonical order; helpers the student added are inlined where
-they are called; the release's provided statements are subtracted.
+they are called; dead code (prints, assignments nobody reads, branches behind a constant) is
+removed; the release's provided statements are subtracted.
+
+A second stream, the *shape* (``structural=True``), also forgets the vocabulary: every call is
+spelt one way (``torch.softmax(x, dim=-1)``, ``F.softmax(x, -1)`` and ``x.softmax(-1)`` are all
+``softmax(x, -1)``; ``@``, ``matmul``, ``mm`` and ``bmm`` are ``matmul``; ``x.size(i)`` is
+``x.shape[i]``), lists are tuples and ``acc = []`` + ``for``/``append`` loops comprehensions. It
+says what a function computes in which order, and survives a heavy disguise; it is compared with
+the key and past submissions only (see :mod:`.weighting`).
 """
 
 from __future__ import annotations
@@ -421,12 +429,19 @@ class Normaliser:
         self.known = BUILTINS | release.globals
 
     def normalise(
-        self, stmts: list[ast.stmt], known: set[str] = frozenset(), aliases: dict | None = None
+        self,
+        stmts: list[ast.stmt],
+        known: set[str] = frozenset(),
+        aliases: dict | None = None,
+        structural: bool = False,
     ) -> list[ast.stmt]:
         """Canonical names and forms (in place), then independent statements sorted.
         ``known`` and ``aliases`` add the submission's own imports to the release's."""
         canon = _Canon(self.known | known, {**self.release.aliases, **(aliases or {})})
-        return self.reorder([s for s in (canon.visit(s) for s in stmts) if s is not None])
+        stmts = [s for s in (canon.visit(s) for s in stmts) if s is not None]
+        if structural:
+            stmts = [_Vocabulary().visit(s) for s in stmts]
+        return self.reorder(stmts)
 
     def reorder(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
         """Sort canonical statements by their text where their dependencies allow it."""
@@ -497,8 +512,10 @@ class Normaliser:
         stmts: list[ast.stmt],
         base: list[ast.stmt],
         helpers: dict[str, ast.FunctionDef],
+        structural: bool = False,
     ) -> tuple[list[str], list[tuple[int, int]], int]:
-        """Normalised tokens of one graded cell; also how many remain once the base is gone."""
+        """Normalised tokens of one graded cell; also how many remain once the base is gone.
+        ``structural``: the shape stream (the statements are changed: pass copies)."""
         graded = set(self.release.globals)
         # the student's own imports (anywhere in the cell) name modules, not local variables
         aliases: dict[str, str] = {}
@@ -524,11 +541,212 @@ class Normaliser:
             inliner = _Inliner(functions, methods)
             stmts = inliner.body(stmts)
             stmts = _drop_defs(stmts, inliner.used)
-        stmts = self.normalise(stmts, known, aliases)
+        stmts = drop_dead(stmts)
+        if structural:
+            stmts = _comprehensions(stmts)
+            for s in ast.walk(ast.Module(body=stmts, type_ignores=[])):
+                if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    s.body = _comprehensions(s.body)
+        stmts = self.normalise(stmts, known, aliases, structural)
         toks: list[str] = []
         tags: list[tuple[int, int]] = []
         self.tokens(stmts, toks, tags)
         return toks, tags, len(toks)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dead code: prints, assignments nobody reads, branches behind a constant
+# ---------------------------------------------------------------------------------------------
+
+
+def _constant_names(fn: ast.AST) -> dict[str, object]:
+    """Local names bound exactly once, to a constant (``debug = False``)."""
+    bound: dict[str, list] = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bound.setdefault(node.id, []).append(node)
+    out = {}
+    for node in ast.walk(fn):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Constant)
+            and len(bound.get(node.targets[0].id, [])) == 1
+        ):
+            out[node.targets[0].id] = node.value.value
+    return out
+
+
+def _truth(test: ast.expr, constants: dict[str, object]) -> bool | None:
+    if isinstance(test, ast.Constant):
+        return bool(test.value)
+    if isinstance(test, ast.Name) and test.id in constants:
+        return bool(constants[test.id])
+    return None
+
+
+def _live(stmts: list[ast.stmt], constants: dict[str, object]) -> list[ast.stmt]:
+    out: list[ast.stmt] = []
+    for stmt in stmts:
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            if isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "print":
+                continue
+        if isinstance(stmt, ast.Pass):
+            continue
+        if isinstance(stmt, ast.Assert) and _truth(stmt.test, constants):
+            continue
+        if isinstance(stmt, ast.If) and _truth(stmt.test, constants) is not None:
+            out.extend(_live(stmt.body if _truth(stmt.test, constants) else stmt.orelse,
+                             constants))  # fmt: skip
+            continue
+        for name in ("body", "orelse", "finalbody"):
+            inner = getattr(stmt, name, None)
+            if isinstance(inner, list) and inner and not isinstance(stmt, ast.ClassDef):
+                setattr(stmt, name, _live(inner, constants) or [ast.Pass()])
+        out.append(stmt)
+    return out
+
+
+def _unread(fn: ast.FunctionDef) -> None:
+    """Remove ``name = value`` where nothing reads ``name`` (until nothing changes)."""
+    while True:
+        reads = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)
+                 and isinstance(n.ctx, ast.Load)}  # fmt: skip
+        removed = False
+        for node in ast.walk(fn):
+            body = getattr(node, "body", None)
+            if not isinstance(body, list) or isinstance(node, ast.ClassDef):
+                continue
+            keep = [
+                s
+                for s in body
+                if not (
+                    isinstance(s, ast.Assign)
+                    and all(isinstance(t, ast.Name) and t.id not in reads for t in s.targets)
+                )
+            ]
+            if len(keep) != len(body):
+                node.body = keep or [ast.Pass()]
+                removed = True
+        if not removed:
+            return
+
+
+def drop_dead(stmts: list[ast.stmt]) -> list[ast.stmt]:
+    """Dead code out of every function (and method) of ``stmts``, in place."""
+    for stmt in stmts:
+        if isinstance(stmt, ast.ClassDef):
+            drop_dead(stmt.body)
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            stmt.body = _live(stmt.body, _constant_names(stmt)) or [ast.Pass()]
+            _unread(stmt)
+            drop_dead([s for s in stmt.body if isinstance(s, ast.FunctionDef)])
+    return stmts
+
+
+# ---------------------------------------------------------------------------------------------
+# The shape: one spelling per call, one container, comprehensions for append loops
+# ---------------------------------------------------------------------------------------------
+
+_MODULES = {"torch", "math", "numpy", "np", "F", "nn", "einops"}
+_SAME = {"mm": "matmul", "bmm": "matmul", "int64": "long", "int32": "int", "multiply": "mul",
+         "divide": "div", "subtract": "sub", "square": "pow", "rsqrt": "sqrt",
+         "permute": "transpose", "reshape": "view", "amax": "max", "amin": "min"}  # fmt: skip
+_COMPARE = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt",
+            ast.GtE: "ge"}  # fmt: skip
+
+
+def _call(name: str, args: list[ast.expr]) -> ast.Call:
+    return ast.Call(ast.Name(_SAME.get(name, name), ast.Load()), args, [])
+
+
+class _Vocabulary(ast.NodeTransformer):
+    """After :class:`_Canon`: every call in one spelling (see the module's docstring)."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        args = list(node.args) + [k.value for k in sorted(node.keywords, key=lambda k: k.arg or "")]
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            root = _dotted(func)
+            if root is not None and root.split(".")[0] in _MODULES:
+                node = _call(func.attr, args)
+            elif not (isinstance(func.value, ast.Name) and func.value.id == "self"):
+                node = _call(func.attr, [func.value, *args])
+            else:
+                node = ast.Call(func, args, [])
+        elif isinstance(func, ast.Name):
+            node = _call(func.id, args)
+        else:
+            node = ast.Call(func, args, [])
+        if isinstance(node.func, ast.Name):
+            if node.func.id == "where" and len(node.args) == 3:  # where(c, a, x): x.masked_fill
+                c, a, x = node.args
+                node = _call("masked_fill", [x, c, a])
+            elif node.func.id == "size" and len(node.args) == 2:
+                return ast.Subscript(ast.Attribute(node.args[0], "shape", ast.Load()),
+                                     node.args[1], ast.Load())  # fmt: skip
+        return node
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.op, ast.MatMult):
+            return _call("matmul", [node.left, node.right])
+        return node
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        self.generic_visit(node)
+        if isinstance(node.op, (ast.Invert, ast.Not)):
+            return _call("logical_not", [node.operand])
+        return node
+
+    def visit_Compare(self, node: ast.Compare) -> ast.AST:
+        self.generic_visit(node)
+        if len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
+            return _call(_COMPARE[type(node.ops[0])], [node.left, node.comparators[0]])
+        return node
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        self.generic_visit(node)
+        node.attr = _SAME.get(node.attr, node.attr)
+        return node
+
+    def visit_List(self, node: ast.List) -> ast.AST:
+        self.generic_visit(node)
+        return ast.Tuple(node.elts, node.ctx)
+
+    def visit_ListComp(self, node: ast.ListComp) -> ast.AST:
+        self.generic_visit(node)
+        return ast.GeneratorExp(node.elt, node.generators)
+
+
+def _comprehensions(stmts: list[ast.stmt]) -> list[ast.stmt]:
+    """``acc = []`` then ``for t in it: acc.append(e)`` -> ``acc = [e for t in it]``."""
+    out: list[ast.stmt] = []
+    for stmt in stmts:
+        for name in ("body", "orelse"):
+            inner = getattr(stmt, name, None)
+            if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                setattr(stmt, name, _comprehensions(inner))
+        call = stmt.body[0].value if isinstance(stmt, ast.For) and len(stmt.body) == 1 and \
+            isinstance(stmt.body[0], ast.Expr) else None  # fmt: skip
+        if (
+            isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "append"
+            and len(call.args) == 1
+            and out
+            and isinstance(out[-1], ast.Assign)
+            and isinstance(out[-1].value, (ast.List, ast.Tuple))
+            and not out[-1].value.elts
+            and ast.dump(out[-1].targets[0]).replace("Store", "Load") == ast.dump(call.func.value)
+        ):
+            gen = ast.comprehension(stmt.target, stmt.iter, [], 0)
+            out[-1].value = ast.ListComp(call.args[0], [gen])
+            continue
+        out.append(stmt)
+    return out
 
 
 def _drop_defs(stmts: list[ast.stmt], used: set[str]) -> list[ast.stmt]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from autograder.tools.similarity.fingerprints import K
 from autograder.tools.similarity.units import Unit
-from autograder.tools.similarity.weighting import CellMatch, CellWeights, Match
+from autograder.tools.similarity.weighting import CellMatch, CellWeights, Match, key_holders
 
 MAX_DETAILS = 40  # side-by-side views (the table lists every flagged pair)
 MAX_LISTED = 200  # pairs in the table and the JSON beyond the flagged ones: none
@@ -48,7 +48,10 @@ def _cell_name(key: str) -> str:
 
 def _evidence(m: Match) -> list[CellMatch]:
     """The cells that carry the pair's evidence, strongest first (natural forms carry none)."""
-    return sorted((c for c in m.cells if c.shared > 0 and not c.natural), key=lambda c: -c.shared)
+    return sorted(
+        (c for c in m.cells if (c.shared > 0 and not c.natural) or c.key_score > 0),
+        key=lambda c: (-c.score, -c.shared),
+    )
 
 
 def _summary(m: Match) -> str:
@@ -89,16 +92,30 @@ def write_reports(
             for m in flagged
         ],
         "natural": sorted(_cell_name(k) for k, cw in weights.items() if cw.natural),
+        "key": {_cell_name(k): v for k, v in key_holders(flagged, threshold).items()},
     }
     (out / "similarity.json").write_text(json.dumps(data, indent=1))
     return out / "similarity.md", out / "similarity.html"
 
 
-def _natural_text(cw: CellWeights) -> str:
-    return (
+def _natural_text(cw: CellWeights, holders: list[str] = ()) -> str:
+    text = (
         f"{cw.usual} of {cw.students} submissions hold nothing that few others wrote: "
-        "the code has one natural form, so matches here are not evidence"
+        "the code has one natural form, so matches between students here are not evidence"
     )
+    if holders:
+        text += f"; {len(holders)} of them contain the key's code (see Shared with the key)"
+    return text
+
+
+def _key_lines(flagged: list[Match], threshold: float) -> list[str]:
+    """One line per cell: "5 submissions contain the key's decoder: a, b, ..."."""
+    lines = []
+    for key, who in sorted(key_holders(flagged, threshold).items(), key=lambda x: -len(x[1])):
+        many = len(who) > 1
+        n = f"{len(who)} submission{'s' if many else ''} contain{'' if many else 's'}"
+        lines.append(f"{n} the key's {_cell_name(key)}: {', '.join(who)}")
+    return lines
 
 
 def _skipped(per_cell: dict[str, list[Unit]]) -> list[tuple[str, str]]:
@@ -134,6 +151,12 @@ _INTRO = (
 )
 
 
+_KEY_NOTE = (
+    "The key's code counts however many submissions hold it (a leaked key is common because it "
+    "leaked), unless the instructor's independent rewrites hold it too."
+)
+
+
 def _markdown(assignment, flagged, weights, per_cell, threshold) -> str:
     lines = [f"# Similarity: {_md(assignment)}", "", _INTRO.format(t=threshold), ""]
     lines += ["## Ranked pairs", ""]
@@ -147,10 +170,19 @@ def _markdown(assignment, flagged, weights, per_cell, threshold) -> str:
                 f"| {i} | {m.score:.2f} | {_md(m.a)} | {_md(m.b)} | {m.kind} | {_md(_summary(m))} |"
             )
         lines.append("")
+    holders = key_holders(flagged, threshold)
+    shared_key = _key_lines(flagged, threshold)
+    if shared_key:
+        lines += ["## Shared with the key", "", _KEY_NOTE, ""]
+        lines += [f"- {_md(line)}" for line in shared_key]
+        lines.append("")
     natural = [(k, cw) for k, cw in weights.items() if cw.natural]
     if natural:
         lines += ["## Cells with one natural form", ""]
-        lines += [f"- {_md(_cell_name(k))}: {_natural_text(cw)}" for k, cw in natural]
+        lines += [
+            f"- {_md(_cell_name(k))}: {_md(_natural_text(cw, holders.get(k, [])))}"
+            for k, cw in natural
+        ]
         lines.append("")
     if flagged:
         lines += ["## Side by side", ""]
@@ -205,10 +237,19 @@ def _html(assignment, flagged, weights, per_cell, threshold) -> str:
                 f"<td>{e(_summary(m))}</td></tr>"
             )
         parts.append("</table>")
+    holders = key_holders(flagged, threshold)
+    shared_key = _key_lines(flagged, threshold)
+    if shared_key:
+        parts.append(f"<h2>Shared with the key</h2><p>{e(_KEY_NOTE)}</p><ul>")
+        parts += [f"<li>{e(line)}</li>" for line in shared_key]
+        parts.append("</ul>")
     natural = [(k, cw) for k, cw in weights.items() if cw.natural]
     if natural:
         parts.append("<h2>Cells with one natural form</h2><ul>")
-        parts += [f"<li>{e(_cell_name(k))}: {e(_natural_text(cw))}</li>" for k, cw in natural]
+        parts += [
+            f"<li>{e(_cell_name(k))}: {e(_natural_text(cw, holders.get(k, [])))}</li>"
+            for k, cw in natural
+        ]
         parts.append("</ul>")
     if flagged:
         parts.append("<h2>Side by side</h2>")

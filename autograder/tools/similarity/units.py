@@ -26,6 +26,7 @@ from autograder.tools.similarity.normalise import (
     _Canon,
     _parse,
     _tag,
+    _Vocabulary,
     load_release,
 )
 
@@ -48,6 +49,7 @@ class Unit:
     tags: list[tuple[int, int]] = field(default_factory=list)  # (block, line) per token
     prints: dict[int, list[int]] = field(default_factory=dict)  # fingerprint -> token positions
     reason: str | None = None
+    shapes: set[int] = field(default_factory=set)  # fingerprints of the shape stream
 
     @property
     def comparable(self) -> bool:
@@ -111,6 +113,7 @@ class Builder:
         self.release_nbs = course.release_notebooks(assignment)
         self._cache: dict[tuple, tuple] = {}
         self._base_stmts = {c.key: _parse(c.base) for c in self.release.cells}
+        self.base_shapes: dict[str, set[int]] = {}
         for cell in self.release.cells:
             toks: list[str] = []
             stmts = copy.deepcopy(self._base_stmts[cell.key])
@@ -118,8 +121,12 @@ class Builder:
                 if isinstance(s, (ast.FunctionDef, ast.ClassDef)):
                     s._base = False  # type: ignore[attr-defined]
             stmts = [_Canon(self.norm.known, self.release.aliases).visit(s) for s in stmts]
-            self.norm.tokens([s for s in stmts if s is not None], toks, [])
+            stmts = [s for s in stmts if s is not None]
+            self.norm.tokens(stmts, toks, [])
             self.release.base_tokens[cell.key] = set(fingerprints(toks))
+            shape: list[str] = []
+            self.norm.tokens([_Vocabulary().visit(s) for s in stmts], shape, [])
+            self.base_shapes[cell.key] = set(fingerprints(shape))
 
     def _unit(
         self,
@@ -141,11 +148,24 @@ class Builder:
         cache_key = (cell.key, graded_block, tuple(src for _, src in blocks))
         done = self._cache.get(cache_key)
         if done is not None:
-            unit.tokens, unit.tags, unit.prints, unit.reason = done
+            unit.tokens, unit.tags, unit.prints, unit.reason, unit.shapes = done
             return unit
         self._fill(unit, cell, blocks, graded_block)
-        self._cache[cache_key] = (unit.tokens, unit.tags, unit.prints, unit.reason)
+        self._cache[cache_key] = (unit.tokens, unit.tags, unit.prints, unit.reason, unit.shapes)
         return unit
+
+    def _finish(self, unit: Unit, key: str, stmts, helpers) -> None:
+        """Tokens, fingerprints and shape of ``stmts`` (the graded objects) into ``unit``."""
+        shape_stmts, shape_helpers = copy.deepcopy((stmts, helpers))
+        base = self._base_stmts[key]
+        toks, tags, _ = self.norm.unit_tokens(stmts, copy.deepcopy(base), helpers)
+        unit.tokens, unit.tags = toks, tags
+        base_prints = self.release.base_tokens.get(key, set())
+        unit.prints = {h: p for h, p in fingerprints(toks).items() if h not in base_prints}
+        shape, _, _ = self.norm.unit_tokens(
+            shape_stmts, copy.deepcopy(base), shape_helpers, structural=True
+        )
+        unit.shapes = set(fingerprints(shape)) - self.base_shapes.get(key, set())
 
     def _fill(
         self,
@@ -182,13 +202,12 @@ class Builder:
                 s for s in graded_stmts if getattr(s, "name", None) not in overrides
             ] + list(overrides.values())
         try:
-            toks, tags, _ = self.norm.unit_tokens(graded_stmts, _parse(cell.base), helpers)
+            self._finish(unit, cell.key, graded_stmts, helpers)
         except Exception as error:  # noqa: BLE001 - one odd cell must not stop the report
             unit.reason = f"cannot be normalised ({type(error).__name__})"
+            unit.tokens, unit.prints, unit.shapes = [], {}, set()
             return
-        unit.tokens, unit.tags = toks, tags
-        base = self.release.base_tokens.get(cell.key, set())
-        unit.prints = {h: p for h, p in fingerprints(toks).items() if h not in base}
+        toks = unit.tokens
         if not toks:
             unit.reason = "no code of their own (the release's code only)"
         elif len(toks) < MIN_TOKENS:
@@ -227,24 +246,46 @@ class Builder:
             for key, unit in self.submission(sub, "reference").items():
                 if unit.tokens:
                     refs[key].append(unit)
-        # course_lib: same-named objects
+        # the answer key beside the hidden suite, and course_lib: same-named objects
+        keys = sorted(self.course.suite_dir(self.assignment).glob("*_key.py"))
         for cell in self.release.cells:
-            found = library_sources(cell.names)
-            for module, (blocks, helpers) in found.items():
-                owner = f"course_lib ({module})"
-                unit = Unit(owner, "reference", cell.key, [Block(module, b) for b in blocks])
+            found = {f"key ({p.name})": v for p in keys for v in _sources([p], cell.names).values()}
+            found.update((f"course_lib ({m})", v) for m, v in library_sources(cell.names).items())
+            for owner, (blocks, helpers) in found.items():
+                unit = Unit(owner, "reference", cell.key, [Block(owner, b) for b in blocks])
                 stmts: list[ast.stmt] = []
                 for i, src in enumerate(blocks):
                     part = ast.parse(src).body
                     _tag(part, i)
                     stmts.extend(part)
-                base = copy.deepcopy(self._base_stmts[cell.key])
-                toks, tags, _ = self.norm.unit_tokens(stmts, base, helpers)
-                unit.tokens, unit.tags = toks, tags
-                base_prints = self.release.base_tokens.get(cell.key, set())
-                unit.prints = {h: p for h, p in fingerprints(toks).items() if h not in base_prints}
+                self._finish(unit, cell.key, stmts, copy.deepcopy(helpers))
                 refs[cell.key].append(unit)
         return refs
+
+    def rewrites(self) -> dict[str, list[Unit]]:
+        """The course's independent corpus (``autograder/samples/<name>/independent/*.yml``,
+        correct variants written without the key) as background units, per cell: the default
+        ``--background``."""
+        import yaml
+
+        out: dict[str, list[Unit]] = {}
+        folder = self.course.samples_dir(self.assignment) / "independent"
+        by_id = {c.grade_id: c for c in self.release.cells}
+        for path in sorted(folder.glob("*.yml")) if folder.is_dir() else []:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            for variant, spec in data.items() if isinstance(data, dict) else ():
+                cells = {g: c.get("code", "") for g, c in (spec.get("cells") or {}).items()
+                         if isinstance(c, dict)}  # fmt: skip
+                owner = f"background: {path.stem}/{variant}"
+                for gid, code in cells.items():
+                    cell = by_id.get(gid)
+                    if cell is None:
+                        continue
+                    blocks = [(gid, code)] + [(g, c) for g, c in cells.items() if g != gid]
+                    unit = self._unit(owner, "background", cell, blocks, 0)
+                    if unit.comparable:
+                        out.setdefault(cell.key, []).append(unit)
+        return out
 
 
 _LIBRARY: dict[str, tuple[str, ast.Module]] = {}
@@ -265,13 +306,28 @@ def _library_modules() -> dict[str, tuple[str, ast.Module]]:
     return _LIBRARY
 
 
+def _sources(paths: list[Path], names: list[str]) -> dict[str, tuple[list[str], dict]]:
+    modules = {}
+    for path in paths:
+        source = path.read_text(encoding="utf-8")
+        try:
+            modules[path.name] = (source, ast.parse(source))
+        except SyntaxError:
+            continue
+    return _objects(modules, names)
+
+
 def library_sources(names: list[str]) -> dict[str, tuple[list[str], dict]]:
     """module -> (sources of the objects named ``names``, the module's functions as helpers).
 
     Read statically from the installed course_lib (what ``inspect.getsource`` would return),
     without importing torch."""
+    return _objects(_library_modules(), names)
+
+
+def _objects(modules: dict, names: list[str]) -> dict[str, tuple[list[str], dict]]:
     found: dict[str, tuple[list[str], dict]] = {}
-    for module, (source, tree) in _library_modules().items():
+    for module, (source, tree) in modules.items():
         blocks = []
         for stmt in tree.body:
             if isinstance(stmt, (ast.FunctionDef, ast.ClassDef)) and stmt.name in names:

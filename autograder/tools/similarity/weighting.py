@@ -22,6 +22,20 @@ over the cells without one natural form (those are listed as such, never as evid
 
 ``shared`` is the weight of the fingerprints both hold; ``PRIOR`` (a few fingerprints' worth)
 keeps a pair whose only distinctive code is a line or two from scoring 1.0.
+
+**The key's evidence is never discounted by the class.** A leaked key is shared by many exactly
+because it leaked, so a student ~ reference pair is also scored with
+every fingerprint weighing 1 unless the instructor's independent rewrites (the background: the
+course's independent corpus by default) hold it too, what people who never saw the key wrote:
+
+    key score = max over the two streams (tokens, shape) of
+                sum_cells |a & ref - bg| / (sum_cells min(|a - bg|, |ref - bg|) + PRIOR)
+
+The shape stream (:mod:`.normalise`) survives helpers, dead code and other vocabulary. A pair's
+score is the larger of the class-weighted score and the key score; cells without background
+have no key score (the class is then the only judge of what is natural). Past submissions
+keep the class's weights: eight rewrites do not cover every natural form a past student wrote,
+and on the corpus their undiscounted evidence flags about 10 honest students per class.
 """
 
 from __future__ import annotations
@@ -50,6 +64,8 @@ class CellWeights:
     mass: dict[int, float] = field(default_factory=dict)  # id(unit) -> its mass
     usual: int = 0  # student units with nothing distinctive
     students: int = 0  # comparable student units
+    background: set[int] | None = None  # token fingerprints of the rewrites (None: no rewrites)
+    background_shapes: set[int] = field(default_factory=set)  # and of their shapes
 
     @property
     def natural(self) -> bool:
@@ -87,6 +103,10 @@ def cell_weights(
     scale = math.log(n + 1) if n else 1.0
     weight = {h: 0.0 if d > cut else _weight(d, n, scale) for h, d in df.items()}
     cw = CellWeights(key, n, weight)
+    rewrites = [u for u in background if u.prints]
+    if rewrites:
+        cw.background = {h for u in rewrites for h in u.prints}
+        cw.background_shapes = {h for u in rewrites for h in u.shapes}
     live = [u for u in students if u.comparable]
     cw.students = len(live)
     cw.usual = sum(1 for u in live if cw.of(u) < MIN_MASS)
@@ -107,6 +127,15 @@ def shared(cw: CellWeights, a: Unit, b: Unit) -> float:
 # ---------------------------------------------------------------------------------------------
 
 
+def key_evidence(cw: CellWeights, a: Unit, b: Unit) -> tuple[float, float, float, float]:
+    """(shared, mass) of the token stream and of the shape stream, each fingerprint weighing 1
+    unless the background holds it (see the module's docstring)."""
+    bg, bgs = cw.background or set(), cw.background_shapes
+    pa, pb = a.prints.keys() - bg, b.prints.keys() - bg
+    sa, sb = a.shapes - bgs, b.shapes - bgs
+    return len(pa & pb), min(len(pa), len(pb)), len(sa & sb), min(len(sa), len(sb))
+
+
 @dataclass
 class CellMatch:
     key: str
@@ -115,10 +144,17 @@ class CellMatch:
     shared: float
     mass: float  # min of the two masses
     natural: bool  # the cell has one natural form
+    key_shared: tuple[float, float] = (0.0, 0.0)  # (tokens, shape) shared beyond the background
+    key_mass: tuple[float, float] = (0.0, 0.0)  # None of it when the cell has no background
 
     @property
     def score(self) -> float:
-        return self.shared / self.mass if self.mass else 0.0
+        return max(self.shared / self.mass if self.mass else 0.0, self.key_score)
+
+    @property
+    def key_score(self) -> float:
+        """The cell's key score (no prior: the per-cell view of the report)."""
+        return max((s / m if m else 0.0) for s, m in zip(self.key_shared, self.key_mass))
 
 
 @dataclass
@@ -129,6 +165,8 @@ class Match:
     cells: list[CellMatch]
     score: float = 0.0
     evidence: float = 0.0  # sum of the shared weights
+    class_score: float = 0.0  # the class-weighted score
+    key_score: float = 0.0  # the score against the key's own code (0: student pairs)
 
     def rank_key(self) -> tuple:
         return (-self.score, -self.evidence, self.a, self.b)
@@ -139,6 +177,15 @@ def _score(cells: list[CellMatch]) -> tuple[float, float]:
     live = [c for c in cells if not c.natural]
     evidence = sum(c.shared for c in live)
     return evidence / (sum(c.mass for c in live) + PRIOR), evidence
+
+
+def _key_score(cells: list[CellMatch]) -> float:
+    """The key score over the cells: the better of the two streams (natural or not)."""
+    best = 0.0
+    for stream in (0, 1):
+        shared = sum(c.key_shared[stream] for c in cells)
+        best = max(best, shared / (sum(c.key_mass[stream] for c in cells) + PRIOR))
+    return best
 
 
 def rank(
@@ -202,13 +249,19 @@ def rank(
                 ua, cw = students[a].get(key), weights.get(key)
                 if ua is None or not ua.comparable or cw is None:
                     continue
-                best = max(
-                    (CellMatch(key, ua, u, shared(cw, ua, u), min(cw.of(ua), cw.of(u)),
-                               cw.natural) for u in units),
-                    key=lambda c: (c.score, c.shared),
-                )  # fmt: skip
-                cells.append(best)
-            matches.append(_finish(Match(a, other, kind, cells)))
+                options = []
+                for u in units:
+                    cm = CellMatch(key, ua, u, shared(cw, ua, u), min(cw.of(ua), cw.of(u)),
+                                   cw.natural)  # fmt: skip
+                    if cw.background is not None and kind == "reference":
+                        ts, tm, ss, sm = key_evidence(cw, ua, u)
+                        cm.key_shared, cm.key_mass = (ts, ss), (tm, sm)
+                    options.append(cm)
+                cells.append(max(options, key=lambda c: (c.score, c.shared)))
+            match = _finish(Match(a, other, kind, cells))
+            match.key_score = _key_score(cells)
+            match.score = max(match.class_score, match.key_score)
+            matches.append(match)
     matches.sort(key=Match.rank_key)
     return matches
 
@@ -234,4 +287,18 @@ def copy_groups(matches: list[Match], threshold: float) -> dict[str, str]:
 
 def _finish(match: Match) -> Match:
     match.score, match.evidence = _score(match.cells)
+    match.class_score = match.score
     return match
+
+
+def key_holders(matches: list[Match], threshold: float) -> dict[str, list[str]]:
+    """cell key -> the submissions whose code of that cell is the key's (its key score at or
+    above ``threshold`` in a pair flagged against the reference), however many they are."""
+    out: dict[str, list[str]] = {}
+    for m in matches:
+        if m.kind != "reference" or m.score < threshold:
+            continue
+        for c in m.cells:
+            if c.key_score >= threshold or (c.mass and c.shared / c.mass >= threshold):
+                out.setdefault(c.key, []).append(m.a)
+    return {k: sorted(v) for k, v in out.items()}
