@@ -110,6 +110,45 @@ c.CourseExtractor.max_total_bytes = 4 * 1024**3
 c.HTMLExporter.sanitize_html = True
 c.HTMLExporter.preprocessors = ["autograder.integrations.pages.InertPage"]
 
+# Feedback pages typeset math offline: nbgrader's feedback template loads MathJax 2 from a CDN
+# (its `mathjax()` macro takes no URL from the configuration), so offline a student saw raw
+# `$...$`. The book's offline MathJax 3 (sphinx-mathjax-offline, self-contained SVG output) is
+# inlined instead, through a `mathjax.html.j2` found before nbconvert's (about 2 MB a page).
+# Formgrader keeps its own templates (and the CDN).
+MATHJAX_CONFIG = (
+    "window.MathJax = {tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], displayMath: "
+    "[['$$', '$$'], ['\\\\[', '\\\\]']], processEscapes: true, processEnvironments: true}, "
+    "svg: {fontCache: 'global'}};"
+)
+
+
+def _offline_feedback_templates() -> list[str]:
+    try:
+        import nbgrader
+    except ImportError:
+        return []
+    site = Path(nbgrader.__file__).resolve().parents[1]
+    mathjax = site / "sphinx-mathjax-offline" / "static" / "mathjax" / "tex-svg.js"
+    nbgrader_templates = Path(nbgrader.__file__).parent / "server_extensions/formgrader/templates"
+    if not mathjax.is_file():
+        return []
+    macro = WORK / "templates" / "feedback" / "mathjax.html.j2"
+    script = mathjax.read_text(encoding="utf-8")
+    text = (
+        '{%- macro mathjax(url="") -%}\n<!-- MathJax 3, inline: offline, no CDN -->\n'
+        f"<script>{MATHJAX_CONFIG}</script>\n<script>{{% raw %}}{script}{{% endraw %}}</script>\n"
+        "{%- endmacro %}\n"
+    )
+    if not macro.is_file() or macro.read_text(encoding="utf-8") != text:
+        macro.parent.mkdir(parents=True, exist_ok=True)
+        macro.write_text(text, encoding="utf-8")
+    return [str(WORK / "templates"), str(nbgrader_templates)]
+
+
+_feedback_templates = _offline_feedback_templates()
+if _feedback_templates:
+    c.HTMLExporter.extra_template_basedirs = _feedback_templates
+
 # Releases must not depend on which files happen to sit beside a source notebook.
 # The text source of a notebook (solutions/<name>/<name>.md, with the solutions) is never released.
 c.CourseDirectory.ignore = [

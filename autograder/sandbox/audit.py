@@ -340,8 +340,8 @@ def install_audit_hook(
         return type(obj) is function_type and kind(obj.__code__.co_filename) == "grader"
 
     def hook(event: str, args: tuple) -> None:
-        if event == HANDED_EVENT:
-            if len(args) == 4 and type(args[3]) is list and type(args[2]) is dict:
+        if event == HANDED_EVENT:  # (empty ``handed``: a hook installed before took them)
+            if handed and len(args) == 4 and type(args[3]) is list and type(args[2]) is dict:
                 hand(args[0], tuple(args[1]), args[2], args[3])
             return
         if event == RENAME_EVENT and fix_co_filename is not None:

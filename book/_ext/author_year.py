@@ -142,12 +142,17 @@ def _entries(bibfile: Path) -> dict[str, Entry]:
     return {key.lower(): entry for key, entry in parse_file(str(bibfile)).entries.items()}
 
 
+@functools.cache
+def _bib_years(bibfile: Path) -> dict[str, str]:
+    return _years(list(_entries(bibfile).values()))
+
+
 def citation(keys: list[str], bibfile: Path, *, textual: bool) -> str:
     """What ``{cite:p}`` (``textual=False``) or ``{cite:t}`` shows for ``keys``:
     "(Bahdanau et al., 2015; Vaswani et al., 2017)" or "Vaswani et al. (2017)". An unknown key
     is shown as it is."""
     entries = _entries(Path(bibfile))
-    years = _years(list(entries.values()))
+    years = _bib_years(Path(bibfile))
     parts = []
     for key in keys:
         entry = entries.get(key.lower())

@@ -11,7 +11,10 @@
 //   is marked .book-wide-figure: on a phone book.css shows it larger, scrolling in its own box,
 //   rather than shrunk until its labels cannot be read.
 // - Buttons without a name get one (the copy buttons, the navigation's expand arrows).
-// - Printing unfolds folded code and outputs (a closed <details> prints only its summary), and
+// - Library sources (which wrap at desktop widths) continue a wrapped line deeper than it starts.
+// - A box that scrolls sideways (code, an equation, a table, a wide figure) shows a shadow on the
+//   side where content is hidden; a figure is not shrunk below 85 % of its size on a phone.
+// - Printing unfolds folded code and outputs, scales wide equations to the page (a closed <details> prints only its summary), and
 //   folds them back afterwards; the title the theme prints gets the page's section number.
 (function () {
   "use strict";
@@ -43,11 +46,14 @@
   }
 
   var WIDE_FIGURE = 560; // CSS px: wider than 1.5 phone columns
+  var SMALLEST_FIGURE = 0.85; // a figure is not shown below 85 % of its size (12 px ticks: 10 px)
 
   function markWideFigures() {
     document.querySelectorAll("article figure img").forEach(function (img) {
       var mark = function () {
-        if (img.naturalWidth < WIDE_FIGURE) return;
+        var column = img.closest("figure").parentElement.clientWidth || window.innerWidth;
+        var tooSmall = img.naturalWidth * SMALLEST_FIGURE > column;
+        if (img.naturalWidth < WIDE_FIGURE && !tooSmall) return;
         img.style.setProperty("--book-natural-width", img.naturalWidth + "px");
         img.closest("figure").classList.add("book-wide-figure");
       };
@@ -71,18 +77,111 @@
     }
   }
 
+  // Library sources wrap at desktop widths: each line becomes a .book-line span whose
+  // --book-indent is its number of leading spaces (book.css indents its continuation lines).
+  // Pygments' spans are flat, so a line is the nodes between two newlines; the text is unchanged.
+  function hangSourceLines() {
+    document.querySelectorAll("div.highlight pre").forEach(function (pre) {
+      if (pre.closest(".cell_input, .cell_output") || pre.dataset.bookLines) return;
+      pre.dataset.bookLines = "1";
+      var pieces = [];
+      Array.prototype.slice.call(pre.childNodes).forEach(function (node) {
+        var text = node.textContent;
+        if (text.indexOf("\n") < 0) {
+          pieces.push(node);
+          return;
+        }
+        text.split("\n").forEach(function (part, i) {
+          if (i > 0) pieces.push("\n");
+          if (!part) return;
+          if (node.nodeType === 3) pieces.push(document.createTextNode(part));
+          else {
+            var copy = node.cloneNode(false);
+            copy.textContent = part;
+            pieces.push(copy);
+          }
+        });
+      });
+      var out = document.createDocumentFragment();
+      var line = null;
+      pieces.forEach(function (piece) {
+        if (piece === "\n") {
+          out.appendChild(document.createTextNode("\n"));
+          line = null;
+          return;
+        }
+        if (!line) {
+          line = document.createElement("span");
+          line.className = "book-line";
+          out.appendChild(line);
+        }
+        line.appendChild(piece);
+      });
+      out.querySelectorAll(".book-line").forEach(function (span) {
+        var indent = /^ */.exec(span.textContent)[0].length;
+        if (indent) span.style.setProperty("--book-indent", indent);
+      });
+      pre.textContent = "";
+      pre.appendChild(out);
+    });
+    window.bookSourceLinesHung = true;
+  }
+
+  // A box that scrolls sideways gets a shadow on the side where content is hidden.
+  var SCROLLERS =
+    'div.highlight pre, .cell_output pre, mjx-container[display="true"], .math-wrapper, ' +
+    ".pst-scrollable-table-container, figure.book-wide-figure, .table-wrapper";
+
+  function markScrollers() {
+    document.querySelectorAll(SCROLLERS).forEach(function (box) {
+      var update = function () {
+        var hidden = box.scrollWidth - box.clientWidth;
+        box.classList.toggle("book-scrolls", hidden > 1 && box.scrollLeft < hidden - 1);
+        box.classList.toggle("book-scrolls-left", hidden > 1 && box.scrollLeft > 1);
+      };
+      if (!box.dataset.bookScroll) {
+        box.dataset.bookScroll = "1";
+        box.addEventListener("scroll", update, { passive: true });
+      }
+      update();
+    });
+    window.bookScrollersMarked = true;
+  }
+
+  // Printing: a display equation wider than the printed column is scaled down to fit it
+  // (MathJax 3 does not break lines), and put back afterwards.
+  var PRINT_COLUMN = 640; // CSS px: A4 or Letter at 96 dpi, less the margins
+  var printScaled = [];
+  function fitEquationsForPrint() {
+    document.querySelectorAll('mjx-container[display="true"]').forEach(function (el) {
+      var math = el.querySelector("mjx-math") || el;
+      var need = math.scrollWidth || math.getBoundingClientRect().width;
+      var column = Math.min(PRINT_COLUMN, el.parentElement.clientWidth || PRINT_COLUMN);
+      if (need > column) {
+        printScaled.push([el, el.style.fontSize]);
+        var base = parseFloat(el.style.fontSize) || 100;
+        el.style.fontSize = Math.floor((base * column) / need) + "%";
+      }
+    });
+  }
+
   var unfolded = [];
   window.addEventListener("beforeprint", function () {
     document.querySelectorAll("details:not([open])").forEach(function (details) {
       details.open = true;
       unfolded.push(details);
     });
+    fitEquationsForPrint();
   });
   window.addEventListener("afterprint", function () {
     unfolded.forEach(function (details) {
       details.open = false;
     });
     unfolded = [];
+    printScaled.forEach(function (pair) {
+      pair[0].style.fontSize = pair[1];
+    });
+    printScaled = [];
   });
 
   function ready(callback) {
@@ -95,6 +194,7 @@
     wireToggles(".secondary-toggle");
     numberPrintedTitle();
     markWideFigures();
+    hangSourceLines();
   });
   window.addEventListener("load", function () {
     // the copy buttons are added by sphinx-copybutton once the page has loaded
@@ -102,5 +202,12 @@
     var mj = window.MathJax;
     if (mj && mj.startup && mj.startup.promise) mj.startup.promise.then(untabInlineMath);
     else untabInlineMath();
+    // after fit-math.js has sized the equations and the figures have loaded
+    setTimeout(markScrollers, 300);
+  });
+  var rescan = null;
+  window.addEventListener("resize", function () {
+    clearTimeout(rescan);
+    rescan = setTimeout(markScrollers, 300);
   });
 })();

@@ -269,6 +269,9 @@ def compare_hypotheses(
         shape = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
         raise CheckFailed(f"{what}: the tokens should be a tensor (B, K, T) = ({B}, {K}, T), "
                           f"got {shape}")  # fmt: skip
+    V = getattr(getattr(model, "config", None), "tgt_vocab_size", None)
+    if tokens.numel() and (tokens.min() < 0 or (V is not None and tokens.max() >= V)):
+        raise CheckFailed(f"{what}: token ids outside the vocabulary [0, {V}): {tokens.tolist()}")
     found = _hypotheses(tokens.long(), max_new_tokens, pad_id=pad_id, eos_id=eos_id)
     if isinstance(found, str):
         raise CheckFailed(f"{what}: {found}")

@@ -332,8 +332,10 @@ def check_grouped_attention(module_cls: type[nn.Module]) -> None:
                 f"the returned {name} have {got.shape[1]} heads: the cache holds the G = "
                 f"{want.shape[1]} key/value heads, not the heads repeated to H"
             )
-        check_close(got, want, name=f"the returned {name}", dims=("B", "G", "S", "D"))
+    # the output first: a usual mistake (heads split without a transpose) shows in y by name
     check_close(y, d["want"], name="GroupedCausalSelfAttention(x)", mistakes=d["mistakes"])
+    for name, got, want in (("keys", k, d["k"]), ("values", v, d["v"])):
+        check_close(got, want, name=f"the returned {name}", dims=("B", "G", "S", "D"))
     passed("GroupedCausalSelfAttention matches the reference")
 
 

@@ -5,9 +5,12 @@ public wheel the site ships; the pages themselves run in every build (``execute_
 book build fail on an error). So a launch notebook runs wherever that wheel is the library the
 pages ran with: every notebook is checked to be its page plus the install cell, the wheel against
 the repository's ``course_lib`` file by file, the built book is scanned for the answer keys'
-statements, and a few notebooks (the book's Transformer blocks, BERT's inputs, GPT's cache,
-multi-head attention, ViT) run top to bottom in a fresh environment that has the wheel and nothing
-of this repository, as on Colab.
+statements, and at least one notebook per chapter (the encoder-decoder, multi-head attention, the
+book's Transformer blocks, BERT's inputs, GPT's cache, ViT, and the appendix's data-parallel
+training, whose torchrun script the notebook writes itself) runs top to bottom in a fresh
+environment that has the wheel and nothing of this repository, as on Colab. "Download > .ipynb"
+gives the same notebook as the launch buttons (issue 39), and the wheel asks for a range of torch
+versions, so that installing it on Colab keeps the reader's torch.
 """
 
 from __future__ import annotations
@@ -24,12 +27,20 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 INSTALL = 'find_spec("course_lib")'
 RUN = [
+    "chapters/01_seq2seq_attention/01_encoder_decoder",
     "chapters/02_attention_layer/09_multi_head",
     "chapters/03_transformer/02_blocks",
     "chapters/04_pretraining/01_bert_inputs",
     "chapters/04_pretraining/06_kv_cache",
     "chapters/05_vision/02_vit",
+    "chapters/06_appendix_gpu/04_data_parallel",
 ]
+RAW_MYST = re.compile(r"\{[\w:.-]+\}`|^\s*(?:`{3,}|:{3,})\{|^\s*\([\w-]+\)=\s*$", re.M)
+
+
+def test_at_least_one_launch_notebook_per_chapter_runs():
+    chapters = {p.name for p in (REPO / "book" / "chapters").glob("[0-9][0-9]_*") if p.is_dir()}
+    assert chapters <= {name.split("/")[1] for name in RUN}, "a chapter without a notebook in RUN"
 
 
 def _launch_notebooks(html_dir: Path) -> dict[str, Path]:
@@ -61,6 +72,35 @@ def test_every_launch_notebook_is_its_page_behind_an_install_cell(html_dir):
         elif code[1:] != _code([c for c in page.cells if c.cell_type == "code"]):
             problems.append(f"{name}: its code cells are not the page's")
     assert not problems, "\n".join(problems)
+
+
+def test_download_ipynb_is_the_launch_notebook(html_dir):
+    """The page's "Download > .ipynb" (_sources/<page>.ipynb) is the launch notebook, byte for
+    byte: the install cell first, no raw MyST ({cite:p}, {doc}, :::{dropdown},
+    {literalinclude}), and the page's download button links to it."""
+    problems = []
+    for name, path in sorted(_launch_notebooks(html_dir).items()):
+        download = html_dir / "_sources" / f"{name}.ipynb"
+        if not download.exists() or download.read_bytes() != path.read_bytes():
+            problems.append(f"{name}: _sources/{name}.ipynb is not the launch notebook")
+            continue
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        markdown = _code([c for c in cells if c["cell_type"] == "markdown"])
+        problems += [f"{name}: raw MyST {m[0]!r}" for t in markdown for m in RAW_MYST.finditer(t)]
+        page = (html_dir / f"{name}.html").read_text(encoding="utf-8")
+        if f"_sources/{name}.ipynb" not in page:
+            problems.append(f"{name}: the page's download button does not offer the notebook")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_wheel_keeps_the_readers_torch(wheel):
+    """The install cell runs pip on the reader's machine (Colab has its own torch): the wheel
+    asks for a range of torch versions, never the course's exact pin."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = archive.read(name).decode()
+    torch = re.findall(r"^Requires-Dist: torch\b(.*)$", metadata, re.M)
+    assert torch and ">=" in torch[0] and "==" not in torch[0], torch
 
 
 def test_the_site_wheel_is_the_library_the_pages_ran_with(wheel, html_dir):

@@ -231,7 +231,8 @@ def test_the_recommended_defaults_clear_the_bar_over_two_splits():
     torch.set_num_threads(1)
     images, labels = load_digits_tensors()
     accuracies = []
-    for split in (18, 19):  # the weakest single split seen in 20 (94.4 %) and its neighbour
+    for split in (18, 19):  # the weakest split of 20 with the old 30-epoch recipe (94.4 %), and
+        # its neighbour; 15 epochs at 3e-3 give 94.7 % and 95.0 % there
         train, test = stratified_split(labels, seed=split)
         model = key.train_vit(images[train], labels[train])
         with torch.no_grad():

@@ -70,3 +70,26 @@ def test_generate_assignment_with_course_config(tmp_path):
     assert "raise NotImplementedError()" in text
     assert (tmp_path / "grading" / "gradebook.db").exists(), "gradebook must live under grading/"
     assert not (tmp_path / "gradebook.db").exists()
+
+
+def test_feedback_pages_typeset_math_offline(tmp_path):
+    """nbgrader's feedback template loads MathJax 2 from a CDN (raw ``$...$`` offline); with the
+    course's config the page carries the book's offline MathJax 3, configured for ``$...$``."""
+    from nbconvert.exporters import HTMLExporter
+    from nbgrader.converters import GenerateFeedback
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config.loader import PyFileConfigLoader
+
+    shutil.copy(REPO / "nbgrader_config.py", tmp_path / "nbgrader_config.py")
+    cfg = PyFileConfigLoader("nbgrader_config.py", path=str(tmp_path)).load_config()
+    converter = GenerateFeedback(coursedir=CourseDirectory(config=cfg), config=cfg)
+    exporter = HTMLExporter(parent=converter, config=converter.config)  # as its start() does
+    assert exporter.template_name == "feedback"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(r"Scores are $q k^\top / \sqrt{D}$.")]
+    resources = {"nbgrader": {"notebook": "a", "score": 1, "max_score": 2, "late_penalty": 0}}
+    html, _ = exporter.from_notebook_node(nb, resources=resources)
+    assert "cdnjs" not in html and "mathjax@" not in html.lower(), "a CDN in the feedback page"
+    assert "window.MathJax = {tex: {inlineMath: [['$', '$']" in html
+    assert "MathJax 3, inline" in html and len(html) > 1_000_000  # the script itself, inlined
+    assert r"$q k^\top / \sqrt{D}$" in html

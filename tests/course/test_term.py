@@ -140,6 +140,8 @@ def test_a_term_of_skips_lms_downloads_rosters_and_regrades(tmp_path):
     out = _grade(course)
     for fake in ("timestamp.txt", "submission_secret.txt"):
         assert not (submitted / fake).exists(), f"grade wrote {fake} into submitted/"
+    table = csv.DictReader(open(course / "autograder_out" / A / "grades.csv", encoding="utf-8"))
+    assert {r["student"]: r["status"] for r in table}["bob"] == "skipped"  # not "error"
     assert "register_at_fork" not in out.stdout + out.stderr
     report = json.loads((course / "autograder_out" / A / "report.json").read_text())
     rows = {r["student"]: r for r in report["rows"]}
@@ -328,8 +330,9 @@ def test_points_changed_after_submission_are_named_at_grade_time(tmp_path):
     submitted.parent.mkdir()
     nbformat.write(old, submitted)
     changed = points_drift(submitted, tmp_path / NB)
-    assert changed == [f"points changed since this submission: {NB} check_a is worth 3 in the "
-                       "release, 2 in the submitted notebook (graded out of 3)"], changed  # fmt: skip
+    want = (f"points changed since this submission: {NB} check_a is worth 3 in the release, "
+            "2 in the submitted notebook (graded out of 3)")  # fmt: skip
+    assert changed == [want], changed
     assert points_drift(tmp_path / NB, tmp_path / NB) == []
     hostile = json.loads(nbformat.writes(old))
     hostile["cells"][0]["metadata"]["nbgrader"]["points"] = "many"
@@ -339,6 +342,25 @@ def test_points_changed_after_submission_are_named_at_grade_time(tmp_path):
     lines = drift_warnings({"alice": changed, "bob": changed, "carol": []})
     assert len(lines) == 1 and lines[0].startswith("WARNING: points changed"), lines
     assert "2 submission(s) (alice, bob)" in lines[0], lines
+
+
+def test_a_student_who_skipped_is_skipped_not_an_error(tmp_path):
+    """README: students who skip an assignment are "simply not graded". Their entry of
+    ``submitted/`` (a folder holding only other assignments) becomes a row of ``grades.csv``
+    whose status is ``skipped``, not ``error`` (which means a submission nothing could be graded
+    of), with no fault and the reason ``no submission of ...``."""
+    from autograder.host.grader import prepare
+
+    submitted = tmp_path / "submitted"
+    (submitted / "bob" / "a0_other_assignment").mkdir(parents=True)
+    (submitted / "carol" / A).mkdir(parents=True)  # an empty hand-in is the student's error
+    subs = {s.student: s for s in discover(submitted, A, [NB])}
+    release = {NB: []}
+    _, bob = prepare(subs["bob"], release)
+    assert (bob.status, bob.fault, bob.submitted) == ("skipped", None, False), bob
+    assert bob.reason.startswith(f"no submission of {A}"), bob.reason
+    _, carol = prepare(subs["carol"], release)
+    assert carol.status == "error" and carol.fault == "student", carol
 
 
 # ---------------------------------------------------------------------------------------------

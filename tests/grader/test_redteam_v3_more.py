@@ -310,7 +310,8 @@ def test_grade_exits_when_a_step_after_the_rows_never_returns(tmp_path):
             command, cwd=REPO, env=env, capture_output=True, text=True, timeout=scaled(300)
         )
     except subprocess.TimeoutExpired as hung:
-        rows = (out / "report.rows.jsonl").read_text().count("\n")
+        csv = out / "grades.csv"
+        rows = csv.read_text().count("\n") - 1 if csv.exists() else 0
         pytest.fail(f"grade hung after writing {rows} row(s): {hung.stderr!r}")
     took = time.monotonic() - start
     assert done.returncode == 0, done.stderr
@@ -319,3 +320,25 @@ def test_grade_exits_when_a_step_after_the_rows_never_returns(tmp_path):
     assert (out / "grades.csv").read_text().count("\n") == 4
     assert not (out / "similarity.md").exists()
     print(f"grade took {took:.0f} s")
+
+
+def test_the_watchdog_ends_a_stuck_grade_with_its_stacks():
+    """The last bound: whatever hangs after the rows (here a sleep in the main thread) ends the
+    command with status 3, the stacks on stderr, and its kill callbacks run."""
+    import subprocess
+
+    script = (
+        "import time\n"
+        "from autograder.commands.grading import Watchdog\n"
+        "Watchdog(1.0, 'grade', kill=[lambda: print('killed', flush=True)])\n"
+        "time.sleep(120)\n"
+    )
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 3, done.stderr
+    assert time.monotonic() - start < 90
+    assert "grader fault: grade did not finish within 1 s after the rows" in done.stderr
+    assert "time.sleep" in done.stderr or "line 4" in done.stderr  # the main thread's stack
+    assert "killed" in done.stdout

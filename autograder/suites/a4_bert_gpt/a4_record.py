@@ -340,7 +340,9 @@ def gqa_variant(ref: key.GroupedCausalSelfAttention, x: Tensor, past=None, mista
         scores = scores.masked_fill(~keep, float("-inf"))
     w = torch.softmax(scores, dim=-2 if mistake == "softmax_dim" else -1)
     y = w @ v_all  # (B, H, T, D)
-    y = y.reshape(B, T, C) if mistake == "merge_no_transpose" else y.transpose(1, 2).reshape(B, T, C)
+    if mistake != "merge_no_transpose":
+        y = y.transpose(1, 2)  # (B, T, H, D)
+    y = y.reshape(B, T, C)
     y = y if mistake == "no_o_proj" else ref.o_proj(y)
     if mistake == "cache_repeated":
         return y, (k_all, v_all)

@@ -356,6 +356,12 @@ def test_words_are_chosen_with_probability_prob(student, rng):
     is_special, word, starts = words_of(d)
     chosen_start = (labels != -100) & starts
     rate(int(chosen_start.sum()), int(starts.sum()), prob, f"the words chosen with prob={prob:.3f}")
+    inputs, labels = student.whole_word_mask.unmodified(  # prob left at its default, 0.15
+        d["ids"], d["is_subword"], vocab_size=d["V"], mask_id=d["mask_id"],
+        special_ids=list(d["special"]),
+    )  # fmt: skip
+    chosen_start = (torch.as_tensor(labels).long() != -100) & starts
+    rate(int(chosen_start.sum()), int(starts.sum()), 0.15, "the words chosen with the default prob")
 
 
 @pytest.mark.points(1, cell="check_whole_word_mask")
@@ -471,7 +477,7 @@ def test_segment_ids(student, rng):
         if b % 3 != 2:  # some rows have one [SEP] only
             ids[b, n - 1] = sep
         ids[b, n:] = pad
-    got = student.segment_ids(ids, sep_id=sep, pad_id=pad)
+    got = student.segment_ids.unmodified(ids, sep_id=sep, pad_id=pad)
     assert isinstance(got, Tensor) and got.shape == ids.shape, "segment_ids returns (B, T)"
     assert torch.equal(got.long(), key.segment_ids(ids, sep_id=sep, pad_id=pad)), (
         "segment_ids differs from the reference on pairs, single segments and padding"
@@ -989,11 +995,10 @@ def same_draws(student, call, what: str, seed: int) -> None:
 def test_sample_uses_the_generator(student, rng):
     V = draw(rng, 6, 15)
     logits = (torch.randn(V, generator=rng) * 0.5).expand(300, V).clone()  # no certain draw
-    prev = torch.randint(V, (300, 3), generator=rng)
-    options = dict(temperature=1.3, penalty=1.5, min_p=0.01)
+    # no penalty and no min-p: this test grades the generator only
     same_draws(
         student,
-        lambda g: student.sample_next_token(logits, prev, **options, generator=g),
+        lambda g: student.sample_next_token(logits, temperature=1.3, generator=g),
         "sample_next_token(logits, prev_ids, ..., generator=g)",
         draw(rng, 0, 10**6),
     )
