@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 class Options:
     jobs: int = 2
     timeout: float = 10.0  # per call
-    wall: float = 300.0  # per submission
+    wall: float = 600.0  # per submission (wall: CPU-bound calls have their own CPU limit)
     load_timeout: float = 30.0
     cpu: int = 600  # CPU seconds per worker process (a backstop; calls have their own limit)
     memory_gib: float = 4.0  # address space per worker (at least 4)
