@@ -248,6 +248,10 @@ def _after_rows(args, course, g, rows, subs, out, writer, manual, sandbox) -> in
         reason = f"  ({row['reason']})" if row["reason"] else ""
         print(f"  {row['student']:<{width}} {row['score']:>6g} / {row['max_score']:<6g}{reason}")
     print(f"graded {len(rows)} submission(s); grades.csv, report.json and feedback/ in {out}")
+    if rows and not args.gradescope:  # the class report: what the class got wrong
+        from autograder.tools.insight import after_grading
+
+        after_grading(course, args.assignment, out, subs)
     faults = [f"{r['student']}: {r['reason']}" for r in rows if r.get("fault") == "grader"]
     for fault in faults + writer.errors:
         print(f"grader fault: {fault}", file=sys.stderr)

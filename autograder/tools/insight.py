@@ -153,6 +153,7 @@ def analyse(
     mutants_json: Path | None = None,
     submissions: Path | None = None,
     show_names: bool = False,
+    paths: dict[str, list[Path]] | None = None,
 ) -> dict:
     tests = {t["nodeid"]: t for t in report.get("tests", [])}
     rows = [r for r in report.get("rows", []) if r.get("submitted", True)]
@@ -236,23 +237,27 @@ def analyse(
 
     files = {r["student"]: r for r in rows}
 
+    def notebooks_of(student: str) -> list[Path]:
+        if paths is not None:
+            return [p for p in paths.get(student, []) if p]
+        found = []
+        for nb in (files.get(student, {}).get("notebooks") or {}).values():
+            for base in (submissions / student, submissions) if submissions else ():
+                if (base / str(nb.get("file", ""))).is_file():
+                    found.append(base / str(nb.get("file", "")))
+                    break
+        return found
+
     def snippets(students: list[str], cells: list[str]) -> list[dict]:
         out = []
         for student in students:
-            if len(out) == 2 or submissions is None:
+            if len(out) == 2:
                 break
-            row = files.get(student, {})
-            for nb in (row.get("notebooks") or {}).values():
-                for base in (submissions / student, submissions):
-                    path = base / str(nb.get("file", ""))
-                    if not path.is_file():
-                        continue
-                    code = [solution_code(path, c) for c in cells]
-                    code = [anonymised(c) for c in code if c]
-                    if code:
-                        out.append({"from": label[student], "code": "\n\n".join(code)})
-                    break
-                break
+            for path in notebooks_of(student)[:1]:
+                code = [solution_code(path, c) for c in cells]
+                code = [anonymised(c) for c in code if c]
+                if code:
+                    out.append({"from": label[student], "code": "\n\n".join(code)})
         return out
 
     mistakes_table = []
@@ -615,6 +620,25 @@ def insight(
         print(f"insight: the class over {len(reports)} assignments in {root / 'insight-term.html'}")
     print(f"insight: {time.perf_counter() - started:.1f} s")
     return 0
+
+
+def after_grading(course: Course, name: str, out: Path, subs: list) -> None:
+    """The class report at the end of ``grade`` (never fails the grading: a problem is said)."""
+    try:
+        report = load_report(out)
+        report["_out"] = str(out)
+        paths = {s.student: [p for p in s.notebooks.values() if p] for s in subs}
+        data = analyse(course, name, report, paths=paths)
+        (out / "insight.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
+        (out / "insight.html").write_text(page(data), encoding="utf-8")
+    except Exception as error:  # noqa: BLE001 (a report, never a grade)
+        print(f"class report skipped: {type(error).__name__}: {error}")
+        return
+    print(f"what the class got wrong: {out / 'insight.html'}")
+    for m in data["mistakes"][:3]:
+        print(f"  {m['share']:>4.0%} {m['step']}: {m['mistake']}")
+    if data["signatures_from"] is None:
+        print(f"  (to name the catalogued mistakes: `python -m autograder mutants {name}` once)")
 
 
 def by_cell_counts(data: dict) -> Counter:
