@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from pybtex.backends.plaintext import Backend as PlainText
 from pybtex.database import Entry, parse_file
 from pybtex.plugin import register_plugin
 from pybtex.richtext import Text
@@ -34,9 +35,11 @@ from sphinxcontrib.bibtex.style.referencing.extra_label import ExtraLabelReferen
 from sphinxcontrib.bibtex.style.referencing.extra_year import ExtraYearReferenceStyle
 from sphinxcontrib.bibtex.style.template import join, join2, post_text, pre_text, reference
 
+_PLAIN = PlainText()  # render_as("text") looks the backend up among the entry points every time
+
 
 def _last_name(person) -> str:
-    return Text.from_latex(" ".join(person.prelast_names + person.last_names)).render_as("text")
+    return Text.from_latex(" ".join(person.prelast_names + person.last_names)).render(_PLAIN)
 
 
 def authors_and_year(entry: Entry) -> tuple[str, str]:
