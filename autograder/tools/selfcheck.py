@@ -82,8 +82,10 @@ def samples(course: Course, assignment: str, release: list[str]) -> tuple[list[S
     found = [
         s
         for s in discover(folder, assignment, release)
-        # expected.json, samples.yml (the patches the samples are built from), a README
-        if s.student not in ("expected", "samples") and not s.student.lower().startswith("readme")
+        # expected.json, samples.yml (the patches the samples are built from), a README, the
+        # independent corpus (variants as patches: `python -m autograder corpus` grades them)
+        if s.student not in ("expected", "samples", "independent")
+        and not s.student.lower().startswith("readme")
     ]
     return found, expected
 
