@@ -91,7 +91,7 @@ class Row:
 
     student: str
     id: str  # the student's output folder name (unique in the batch, safe on any filesystem)
-    status: str = "graded"  # "graded" or "error" (nothing could be graded)
+    status: str = "graded"  # "graded", "error" (nothing could be graded) or "skipped"
     reason: str | None = None
     fault: str | None = None  # None, "student" (the submission) or "grader" (a grader fault)
     submitted: bool = True
@@ -183,9 +183,9 @@ def prepare(sub: Submission, release: dict[str, list[Cell]]) -> tuple[dict, Row]
         row.notes.extend(f"{name}: {n}" if len(release) > 1 else n for n in notes)
     if reasons:
         row.reason = "; ".join(reasons)
-        row.fault = "student"
+        row.fault = "student" if sub.submitted else None
         if not task["notebooks"]:
-            row.status = "error"
+            row.status = "error" if sub.submitted else "skipped"  # skipped: no submission at all
     return task, row
 
 
@@ -399,7 +399,7 @@ class Grader:
             row = copy.deepcopy(prepared)
             row.student, row.id = student, id_
             rows.append(row)
-        if prepared.status == "error":
+        if prepared.status in ("error", "skipped"):
             for row in rows:
                 self._finish(row, {}, row.reason, start)
             return rows

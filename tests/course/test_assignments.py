@@ -131,6 +131,9 @@ def test_release_regenerates_byte_for_byte(tmp_path):
         for part in ("samples.yml", "expected.json"):
             shutil.copy(ROOT / "autograder" / "samples" / name / part,
                         tmp_path / "autograder" / "samples" / name / part)  # fmt: skip
+        if (ROOT / "autograder" / "samples" / name / "independent").is_dir():  # a source too
+            shutil.copytree(ROOT / "autograder" / "samples" / name / "independent",
+                            tmp_path / "autograder" / "samples" / name / "independent")  # fmt: skip
     out = run([*GRADER[:-1], str(tmp_path), "release", *ASSIGNMENTS], cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     for name in ASSIGNMENTS:
