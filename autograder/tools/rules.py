@@ -35,6 +35,7 @@ from autograder.course.layout import Course
 
 RULE_WORDS = re.compile(r"\b(must|raises?|default|defaults|dtype|any number of)\b", re.IGNORECASE)
 NOT_GRADED = re.compile(r"not graded", re.IGNORECASE)
+BLOCK_BREAK = re.compile(r"\n\s*\n|\n(?=\s*(?:[-*+]|\d+[.)])\s)")
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`*$(\[_])")
 
 
@@ -79,8 +80,9 @@ def student_text(release: Path) -> tuple[str, list[Unit]]:
     offset = 0
     for cell in nb.cells:
         where = cell.get("id") or cell.cell_type
-        if cell.cell_type == "markdown":
-            pieces = SENTENCE_END.split(normalise(cell.source))
+        if cell.cell_type == "markdown":  # paragraphs and list items, then sentences
+            blocks = BLOCK_BREAK.split(cell.source)
+            pieces = [p for block in blocks for p in SENTENCE_END.split(normalise(block))]
         elif cell.cell_type == "code":
             pieces = prose_of_code(cell.source)
         else:
