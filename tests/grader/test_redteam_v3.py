@@ -7,18 +7,11 @@ that was not reported) and is now a failed test: a forbidden call, or tampering.
 
 from __future__ import annotations
 
-import ast
-import os
-import shutil
-import tempfile
-import time
-
 import pytest
 import torch
+from fallback_worker import fallback_zygote, student_session
 
-import autograder.sandbox.zygote as zygote_module
 from autograder.host import proxy
-from autograder.wire import protocol
 from autograder.wire.forbid import expand
 
 FUSED = expand(["sdpa", "multihead_attention"])
@@ -108,36 +101,15 @@ def honest(q, k, v):
 
 
 @pytest.fixture(scope="module")
-def zygote(tmp_path_factory):
-    scratch = tempfile.mkdtemp(prefix="ag-scratch-rt3-")
-    claimed = zygote_module.claim_uid_block() if os.geteuid() == 0 else None
-    config = {
-        "mode": "fallback", "hide": [], "protect": [], "limits": {"cpu": 60},
-        "uid_base": claimed[0] if claimed else None, "scratch": scratch,
-        "preimport": [m for m in zygote_module.PREIMPORTS if m != "torch._dynamo"],
-    }  # fmt: skip
-    pid, sock = zygote_module.start_zygote(config)
-    sock.settimeout(180)
-    ready = protocol.recv(sock)
-    sock.settimeout(None)
-    assert ready.get("ready"), ready
-    yield proxy.ZygoteClient(sock)
-    sock.close()
-    os.waitpid(pid, 0)
-    shutil.rmtree(scratch, ignore_errors=True)
-    if claimed:
-        os.close(claimed[1])
+def zygote():
+    with fallback_zygote("ag-scratch-rt3-", cpu=60) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
 def student(zygote):
-    state = proxy.TestState(seed=1, timeout=20.0)
-    body = list(range(len(ast.parse(CODE).body)))
-    session = proxy.WorkerSession(
-        zygote, [("cell 1", CODE, body)], state=state, deadline=time.monotonic() + 300
-    )
-    yield proxy.Student(session), state
-    session.close()
+    with student_session(zygote, CODE, 300) as pair:
+        yield pair
 
 
 def _mha_args():

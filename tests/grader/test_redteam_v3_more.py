@@ -7,20 +7,16 @@ through the trusted proxy; each failed before its fix."""
 
 from __future__ import annotations
 
-import ast
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
+from fallback_worker import fallback_zygote, student_session
 
-import autograder.sandbox.zygote as zygote_module
 from autograder.host import proxy
-from autograder.wire import protocol
 
 CODE = '''
 import _imp
@@ -109,35 +105,14 @@ def sleep():
 
 @pytest.fixture(scope="module")
 def zygote():
-    scratch = tempfile.mkdtemp(prefix="ag-scratch-rt3m-")
-    claimed = zygote_module.claim_uid_block() if os.geteuid() == 0 else None
-    config = {
-        "mode": "fallback", "hide": [], "protect": [], "limits": {"cpu": 120},
-        "uid_base": claimed[0] if claimed else None, "scratch": scratch,
-        "preimport": [m for m in zygote_module.PREIMPORTS if m != "torch._dynamo"],
-    }  # fmt: skip
-    pid, sock = zygote_module.start_zygote(config)
-    sock.settimeout(180)
-    ready = protocol.recv(sock)
-    sock.settimeout(None)
-    assert ready.get("ready"), ready
-    yield proxy.ZygoteClient(sock)
-    sock.close()
-    os.waitpid(pid, 0)
-    shutil.rmtree(scratch, ignore_errors=True)
-    if claimed:
-        os.close(claimed[1])
+    with fallback_zygote("ag-scratch-rt3m-", cpu=120) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
 def student(zygote):
-    state = proxy.TestState(seed=1, timeout=20.0)
-    body = list(range(len(ast.parse(CODE).body)))
-    session = proxy.WorkerSession(
-        zygote, [("cell 1", CODE, body)], state=state, deadline=time.monotonic() + 600
-    )
-    yield proxy.Student(session), state
-    session.close()
+    with student_session(zygote, CODE, 600) as pair:
+        yield pair
 
 
 # -- item 4: no original of torch's file openers is reachable ---------------------------------
