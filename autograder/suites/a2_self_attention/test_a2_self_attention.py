@@ -213,14 +213,17 @@ def gqa_sizes(rng, G=None):
 
 def gqa_pair(student, rng, G=None):
     C, H, G = gqa_sizes(rng, G)
-    ref = key.GroupedQueryAttention(embed_dim=C, num_heads=H, num_kv_heads=G).eval()
+    # in float64 on both sides: float32 rounding never decides a test (gradients reach 400,
+    # where float32 differs by 4e-4 between two correct orders of summation)
+    ref = key.GroupedQueryAttention(embed_dim=C, num_heads=H, num_kv_heads=G).double().eval()
     with torch.no_grad():
         for p in ref.parameters():
-            p.copy_(0.6 * torch.randn(p.shape, generator=rng))
+            p.copy_(0.6 * torch.randn(p.shape, generator=rng, dtype=p.dtype))
     mine = student.GroupedQueryAttention(embed_dim=C, num_heads=H, num_kv_heads=G)
+    mine.double()
     mine.load_state_dict(ref.state_dict())
     T = draw(rng, 3, 7)
-    x = torch.randn(draw(rng, 1, 3), T, C, generator=rng)
+    x = torch.randn(draw(rng, 1, 3), T, C, generator=rng, dtype=torch.float64)
     return ref, mine, x, (C, H, G)
 
 
@@ -283,13 +286,14 @@ def torch_state(mha: nn.MultiheadAttention) -> dict[str, torch.Tensor]:
 @pytest.mark.forbid(*FUSED)
 def test_gqa_with_as_many_kv_heads_is_multihead_attention(student, rng):
     C, H, _ = gqa_sizes(rng, "H")
-    ref = nn.MultiheadAttention(C, H, batch_first=True).eval()
+    ref = nn.MultiheadAttention(C, H, batch_first=True).double().eval()  # float64, as gqa_pair
     with torch.no_grad():  # torch initialises the biases to zero: make them matter
         ref.in_proj_bias.normal_(generator=rng)
         ref.out_proj.bias.normal_(generator=rng)
     mine = student.GroupedQueryAttention(embed_dim=C, num_heads=H, num_kv_heads=H)
+    mine.double()
     mine.load_state_dict(torch_state(ref))
-    x = torch.randn(draw(rng, 1, 3), draw(rng, 3, 7), C, generator=rng)
+    x = torch.randn(draw(rng, 1, 3), draw(rng, 3, 7), C, generator=rng, dtype=torch.float64)
     y, w = gqa_out(mine(x), f"GroupedQueryAttention(num_heads={H}, num_kv_heads={H})")
     with torch.no_grad():
         want, want_w = ref(x, x, x, need_weights=True, average_attn_weights=False)
@@ -313,7 +317,7 @@ def test_gqa_one_kv_head(student, rng):
 @pytest.mark.forbid(*FUSED)
 def test_gqa_gradients(student, rng):
     ref, mine, x, (C, H, G) = gqa_pair(student, rng)
-    dy = torch.randn(x.shape, generator=rng)
+    dy = torch.randn(x.shape, generator=rng, dtype=x.dtype)
     got = mine.backward(x, grad_output=dy)
     ref(x)[0].backward(dy)
     for name, p in ref.named_parameters():
