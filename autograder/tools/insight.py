@@ -264,7 +264,8 @@ def analyse(
     for title, entry in named.items():
         cells = sorted({c for m in entry["mistakes"] for c in (cat.get(m, {}).get("cells") or {})})
         mistakes_table.append({
-            "mistake": title, "description": entry["description"], "step": entry["cell"],
+            "mistake": title, "mistakes": entry["mistakes"], "description": entry["description"],
+            "step": entry["cell"],
             "count": len(entry["students"]), "share": len(entry["students"]) / max(1, len(graded)),
             "tests": entry["tests"], "examples": snippets(entry["students"], cells),
             "students": [label[s] for s in entry["students"]] if show_names else [],
