@@ -54,6 +54,7 @@ class TestResult:
     status: str  # "passed" or "failed"
     message: str = ""
     output: str = ""
+    seconds: float = 0.0  # what the test cost (setup, call, teardown): where grading time goes
 
     @classmethod
     def from_dict(cls, data: dict) -> TestResult:
@@ -74,6 +75,7 @@ class TestResult:
             status=status,
             message=text(data.get("message")),
             output=text(data.get("output")),
+            seconds=num(data.get("seconds")),
         )
 
 

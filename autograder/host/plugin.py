@@ -277,7 +277,8 @@ def student_message(excinfo: Any) -> str:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     outcome = yield
     report = outcome.get_result()
-    record = _RESULTS.setdefault(item.nodeid, {"failed": False, "message": ""})
+    record = _RESULTS.setdefault(item.nodeid, {"failed": False, "message": "", "seconds": 0.0})
+    record["seconds"] += report.duration  # setup + call + teardown: what the test cost
     if report.outcome != "passed":
         record["failed"] = True
         if call.excinfo is not None and not record["message"]:
@@ -300,6 +301,7 @@ def _finish(item: pytest.Item, record: dict) -> None:
         "status": "failed" if failed else "passed",
         "message": message if failed else "",
         "output": "".join(STATE.output)[:2000],
+        "seconds": round(record.get("seconds", 0.0), 3),
     }
     path = CONTEXT.get("results_path")
     if path:

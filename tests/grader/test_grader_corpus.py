@@ -163,6 +163,8 @@ def test_expected_score(graded, name):
     assert row["max_score"] == corpus.MAX_POINTS
     if want.get("error"):
         assert row["status"] == "error" and row["reason"]
+    if want.get("status"):
+        assert row["status"] == want["status"] and row["reason"], (name, row["status"])
 
 
 def test_reasons_are_specific(graded):
