@@ -14,10 +14,12 @@ SVGs inline, no script, no external request) with
 - per hidden test: pass rate and points lost across the class, most points lost first;
 - **named mistakes by frequency**: a student's failed tests of one graded step are matched to the
   catalogued mistake (``autograder/suites/<name>/mutants.yml``) whose graded run failed exactly
-  the same tests (the signatures come from ``python -m autograder mutants <name>``, which writes
-  ``grading/mutants-<name>.json``); each with the number of students and two anonymised snippets
-  of their code (comments and docstrings removed); failures no mistake explains are grouped by
-  their message with the numbers taken out;
+  the same tests and, of several, to those whose failure messages (numbers taken out) are the
+  student's (the signatures come from ``python -m autograder mutants <name>``, which writes
+  ``grading/mutants-<name>.json``); mistakes alike in tests and messages stay one group
+  ("a or b"); each with the number of students and two anonymised snippets of their code
+  (comments and docstrings removed); failures no mistake explains are grouped by their message
+  with the numbers taken out;
 - the similarity report's top pairs, and the written questions still waiting for a grader.
 
 No student name appears unless ``--names`` is given: submissions are "submission 1, 2, ..." in
@@ -55,17 +57,23 @@ def load_report(out: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def signatures(course: Course, name: str, mutants_json: Path | None) -> dict[str, list[str]]:
-    """``mistake -> tests it failed`` from the catalogue's graded run (``mutants``)."""
+def signatures(course: Course, name: str, mutants_json: Path | None) -> dict[str, dict[str, str]]:
+    """``mistake -> {test it failed: that test's message, numbers taken out}`` from the
+    catalogue's graded run (``mutants``): the tests say which step is wrong, the messages tell
+    apart mistakes that fail the same tests (``wrong values`` of one output or another)."""
     path = mutants_json or course.grading_dir / f"mutants-{name}.json"
     if not path.exists():
         return {}
     table = json.loads(path.read_text(encoding="utf-8"))
-    return {
-        row["mutant"]: list(row["failed_tests"])
-        for row in table
-        if not row.get("equivalent") and row.get("failed_tests")
-    }
+    out = {}
+    for row in table:
+        if row.get("equivalent") or not row.get("failed_tests"):
+            continue
+        said = row.get("failures") or {}  # test -> "student: message" (mutants.failures)
+        out[row["mutant"]] = {
+            t: message_group(said.get(t, "").partition(": ")[2]) for t in row["failed_tests"]
+        }
+    return out
 
 
 def test_cell(nodeid: str, tests: dict) -> str:
@@ -171,6 +179,14 @@ def analyse(
             split[test_cell(test, tests)].add(test)
         for cell, subset in split.items():
             by_cell[(cell, frozenset(subset))].append(mistake)
+
+    def which(cell: str, failed: set, said: dict[str, str]) -> list[str]:
+        """The catalogued mistakes that fail exactly ``failed`` of ``cell``; of several, those
+        whose messages (numbers out) are the student's, when any are."""
+        mistakes = by_cell.get((cell, frozenset(failed)), [])
+        alike = [m for m in mistakes if all(sigs[m].get(t) == said[t] for t in failed)]
+        return alike or mistakes
+
     cat = catalogue(course, name)
 
     max_total = max((r.get("max_score", 0) for r in rows), default=0)
@@ -215,7 +231,8 @@ def analyse(
                 entry["students"].append(r["student"])
                 entry["tests"] |= failed
                 continue
-            mistakes = by_cell.get((cell, frozenset(failed)))
+            said = {t: message_group(r["tests"][t].get("message", "")) for t in failed}
+            mistakes = which(cell, failed, said)
             if mistakes:
                 title = " or ".join(sorted(mistakes))
                 entry = named.setdefault(title, {

@@ -148,3 +148,42 @@ def test_insight_over_several_assignments_draws_the_trajectory(graded_class, tmp
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     page = (tmp_path / "insight-term.html").read_text()
     assert "The class over the term" in page and "<svg" in page and "a1_rnn_attention" in page
+
+
+def test_mistakes_that_fail_the_same_tests_are_told_apart_by_their_messages(tmp_path):
+    """Two catalogued mistakes fail the same test; the messages the hidden test gave them (numbers
+    out) differ, so a student's failure is named as the one whose message it repeats. Mistakes
+    whose messages are alike too stay one group ("a or b")."""
+    from autograder.tools.insight import analyse
+
+    test = "test_a2_self_attention.py::test_bilinear_scores_square_w_and_gradients"
+    table = [
+        {"mutant": "bilinear_not_scaled", "failed_tests": [test],
+         "failures": {test: "alice: the scores are 8.0 times too large at index [0, 1]"}},
+        {"mutant": "bilinear_divided_by_dk", "failed_tests": [test],
+         "failures": {test: "alice: wrong values in the scores: largest difference 0.5"}},
+        {"mutant": "bilinear_scaled_by_number_of_keys", "failed_tests": [test],
+         "failures": {test: "alice: wrong values in the scores: largest difference 2.25"}},
+    ]  # fmt: skip
+    mutants_json = tmp_path / "mutants.json"
+    mutants_json.write_text(json.dumps(table))
+
+    def row(student: str, message: str) -> dict:
+        failed = {"points": 0.0, "max_points": 1.0, "message": message, "cell": "check_bilinear"}
+        return {"student": student, "status": "graded", "score": 0.0, "max_score": 1.0,
+                "tests": {test: failed}, "cells": {}}  # fmt: skip
+
+    report = {
+        "tests": [{"nodeid": test, "cell": "check_bilinear"}],
+        "rows": [
+            row("s1", "the scores are 3.5 times too large at index [2, 0]"),
+            row("s2", "the scores are 3.5 times too large at index [1, 1]"),
+            row("s3", "wrong values in the scores: largest difference 0.125"),
+        ],
+    }
+    data = analyse(COURSE, A2, report, mutants_json=mutants_json)
+    groups = {tuple(m["mistakes"]): m["count"] for m in data["mistakes"]}
+    assert groups == {
+        ("bilinear_not_scaled",): 2,
+        ("bilinear_divided_by_dk", "bilinear_scaled_by_number_of_keys"): 1,
+    }, data["mistakes"]
