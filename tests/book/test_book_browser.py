@@ -695,6 +695,131 @@ def test_printing_shows_folded_code_and_numbered_titles(server, browser):
     assert re.match(r"\d+\.\d+\. ", title), f"printed title without its number: {title!r}"
 
 
+#: Pages whose library sources have lines longer than the column at 1400 px (``KVCache.update``).
+WRAPPING_PAGES = (
+    "chapters/04_pretraining/06_kv_cache.html",
+    "chapters/02_attention_layer/09_multi_head.html",
+)
+WRAPPED_ROWS = r"""
+// For each .book-line of the library's sources that wraps: the x of its first non-space
+// character, the x where each of its visual rows starts, and the width of one character.
+const out = [];
+const range = document.createRange();
+for (const line of document.querySelectorAll('article div.highlight pre .book-line')) {
+  const lineHeight = parseFloat(getComputedStyle(line.closest('pre')).lineHeight) || 20;
+  if (line.getBoundingClientRect().height < 1.5 * lineHeight) continue;
+  const walker = document.createTreeWalker(line, NodeFilter.SHOW_TEXT);
+  let rows = [], top = null, ink = null, ch = null;
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (let i = 0; i < node.length; i++) {
+      range.setStart(node, i); range.setEnd(node, i + 1);
+      const r = range.getClientRects()[0];
+      if (!r || r.width === 0) continue;
+      if (ch === null) ch = r.width;
+      if (ink === null && node.data[i] !== ' ') ink = r.left;
+      if (top === null || r.top > top + lineHeight / 2) { rows.push(r.left); top = r.top; }
+    }
+  }
+  out.push([line.textContent.trim().slice(0, 60), ink, rows, ch]);
+}
+return out;
+"""
+
+
+def test_wrapped_source_lines_keep_their_indentation_at_1400_px(server, browser):
+    """At 1400 px a library-source line longer than the column wraps; every row after its first
+    starts at least four columns right of the line's first character, never at column 0 (33
+    blocks wrapped back to column 0, which reads as a dedent in Python)."""
+    _desktop(browser)
+    wrapped, problems = 0, []
+    for page in WRAPPING_PAGES:
+        browser.get(urljoin(server, page))
+        _wait(browser, "return document.readyState === 'complete'")
+        for text, ink, rows, ch in browser.execute_script(WRAPPED_ROWS):
+            wrapped += 1
+            for row in rows[1:]:
+                if row < ink + 3.5 * ch:
+                    problems.append(
+                        f"{page}: {text!r} continues {(row - ink) / ch:+.1f} columns from its start"
+                    )
+    assert wrapped, f"no wrapped source line on {WRAPPING_PAGES}: pick pages that have one"
+    assert not problems, "\n".join(problems)
+
+
+SCROLL_CUES = r"""
+// Every box of the article that scrolls sideways: is it marked, and does it show a shadow?
+const out = [];
+for (const el of document.querySelectorAll('article *')) {
+  const style = getComputedStyle(el);
+  if (!['auto', 'scroll'].includes(style.overflowX) || el.clientWidth === 0) continue;
+  if (el.scrollWidth <= el.clientWidth + 1) continue;
+  out.push([el.tagName + ' ' + (el.textContent || '').trim().slice(0, 40),
+            el.classList.contains('book-scrolls'), style.boxShadow !== 'none']);
+}
+return out;
+"""
+
+
+def test_a_box_that_scrolls_sideways_on_a_phone_shows_it(server, browser):
+    """On a phone a box that scrolls sideways (2.9's equation stopped at "Mul", Fig. A.1's
+    legend was off-screen) has a shadow on the edge where content is hidden."""
+    problems, boxes = [], 0
+    try:
+        _phone(browser)
+        for page in (
+            "chapters/02_attention_layer/09_multi_head.html",
+            "chapters/06_appendix_gpu/02_timing_memory.html",
+        ):
+            browser.get(urljoin(server, page))
+            _wait(browser, "return document.readyState === 'complete'")
+            _wait(browser, MATH_FITTED, timeout=5)
+            time.sleep(0.3)  # book.js marks the boxes after layout
+            for what, marked, shadow in browser.execute_script(SCROLL_CUES):
+                boxes += 1
+                if not (marked and shadow):
+                    problems.append(f"{page}: {what!r} scrolls without a cue ({marked=}, {shadow=})")
+    finally:
+        _desktop(browser)
+    assert boxes >= 4, f"only {boxes} boxes scroll on a phone: the test checks nothing"
+    assert not problems, "\n".join(problems)
+
+
+def test_printed_pdf_holds_the_folded_code(server, browser):
+    """Chromium's print to PDF of two pages with folded ("Show code cell source") cells: the
+    text of every folded cell is in the PDF (it printed as an empty box while the theme's
+    fade-in animation ran)."""
+    import base64
+    import io
+
+    import pypdf
+
+    def squeeze(text: str) -> str:
+        return re.sub(r"\s+", "", text)
+
+    checked, missing = 0, []
+    for page in (
+        "chapters/02_attention_layer/09_multi_head.html",
+        "chapters/05_vision/05_swin_windows.html",
+    ):
+        browser.get(urljoin(server, page))
+        _wait(browser, "return document.readyState === 'complete'")
+        _wait(browser, MATHJAX_IDLE, timeout=30)
+        lines = browser.execute_script(
+            "return Array.from(document.querySelectorAll('article details .cell_input'))"
+            ".flatMap(e => e.textContent.split('\\n').filter(l => l.trim().length > 25)"
+            ".slice(0, 3))"
+        )
+        pdf = browser.execute_cdp_cmd("Page.printToPDF", {"printBackground": False})
+        reader = pypdf.PdfReader(io.BytesIO(base64.b64decode(pdf["data"])))
+        text = squeeze("\n".join(p.extract_text() for p in reader.pages))
+        for line in lines:
+            checked += 1
+            if squeeze(line) not in text:
+                missing.append(f"{page}: {line.strip()!r}")
+    assert checked >= 6, f"only {checked} folded lines found: the test checks nothing"
+    assert not missing, "folded code missing from the printed PDF:\n" + "\n".join(missing)
+
+
 def test_search_finds_attention(server, browser):
     browser.get(urljoin(server, "search.html?q=attention"))
     found = _wait(
