@@ -669,6 +669,36 @@ def test_header_buttons_show_a_focus_ring(server, browser):
     assert not without, f"no focus ring on: {without}"
 
 
+def test_search_is_one_tab_stop_at_both_widths(server, browser):
+    """Tabbing through the header and the menu reaches Search once, at 1400 px and on a phone
+    (the theme's second search field, at the top of the sidebar, made it two)."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    name = """
+    const el = document.activeElement;
+    if (!el || el === document.body) return '';
+    return (el.getAttribute('aria-label') || el.getAttribute('title') || el.innerText || '')
+      .trim().split('\\n')[0];
+    """
+    try:
+        for width, set_width in ((DESKTOP, _desktop), (PHONE, _phone)):
+            set_width(browser)
+            browser.get(urljoin(server, "chapters/02_attention_layer/01_dot_product.html"))
+            _wait(browser, "return document.readyState === 'complete'")
+            browser.execute_script("document.activeElement && document.activeElement.blur()")
+            names = []
+            for _ in range(30):
+                ActionChains(browser).send_keys(Keys.TAB).perform()
+                names.append(browser.execute_script(name))
+            searches = [n for n in names if n.lower().startswith("search")]
+            assert len(searches) == 1, (
+                f"at {width} px, Search is {len(searches)} Tab stops: {names}"
+            )
+    finally:
+        _desktop(browser)
+
+
 def test_printing_shows_folded_code_and_numbered_titles(server, browser):
     """Printed, a page shows its folded setup code and its title with the section number."""
     browser.get(urljoin(server, "chapters/02_attention_layer/01_dot_product.html"))
@@ -777,7 +807,9 @@ def test_a_box_that_scrolls_sideways_on_a_phone_shows_it(server, browser):
             for what, marked, shadow in browser.execute_script(SCROLL_CUES):
                 boxes += 1
                 if not (marked and shadow):
-                    problems.append(f"{page}: {what!r} scrolls without a cue ({marked=}, {shadow=})")
+                    problems.append(
+                        f"{page}: {what!r} scrolls without a cue ({marked=}, {shadow=})"
+                    )
     finally:
         _desktop(browser)
     assert boxes >= 4, f"only {boxes} boxes scroll on a phone: the test checks nothing"

@@ -199,6 +199,30 @@ def test_book_style_sets_svg_and_a_colour_blind_safe_map():
         assert mpl.rcParams["figure.constrained_layout.use"]
 
 
+def test_log_axes_label_their_ticks_at_the_full_tick_size():
+    """After book_style a log axis labels 1, 10, ..., 1k, 1M, 0.01 in plain text: matplotlib's
+    default $10^{3}$ draws the exponent at 70 % of the 9 px tick size (6 px on the page)."""
+    import io
+    import re
+
+    import matplotlib as mpl
+
+    with mpl.rc_context():
+        plot.book_style()
+        fig, ax = plt.subplots()
+        ax.loglog([1, 2e6], [1e-3, 10])
+        out = io.StringIO()
+        fig.savefig(out, format="svg")
+    svg = out.getvalue()
+    sizes = {float(x) for x in re.findall(r"font-size: ([\d.]+)px", svg)}
+    assert sizes and min(sizes) >= 9, sorted(sizes)
+    labels = set(re.findall(r">([^<]{1,6})</text>", svg))
+    assert {"1", "1k", "1M", "0.01"} <= labels, labels
+    assert [plot.count_label(x) for x in (5, 2500, 3e6, 1.75e11, 0.001)] == [
+        "5", "2.5k", "3M", "175B", "0.001",
+    ]  # fmt: skip
+
+
 def test_attention_overlay_colour_blind_safe_with_optional_colorbar():
     ax = plot.attention_overlay(torch.rand(3, 16, 16), torch.rand(4, 4), colorbar=True)
     assert ax.images[-1].get_cmap().name == "viridis"
