@@ -34,6 +34,12 @@ def check(args: argparse.Namespace, course: Course) -> int:
     arg("assignments", nargs="*", help="one or more assignments"),
     arg("--all", action="store_true", help="every assignment with a corpus"),
     arg("--names", type=int, default=8, help="student names per variant (default 8)"),
+    arg(
+        "--pool",
+        type=int,
+        default=0,
+        help="rotate each variant's --names through this many names (the corpus meets all)",
+    ),
     arg("--min-variants", type=int, default=8, help="variants each graded cell needs (8)"),
     arg("--out", help="folder for corpus-<name>.json (default grading/)"),
     limits=True,
@@ -45,7 +51,7 @@ def corpus(args: argparse.Namespace, course: Course) -> int:
     if not names:
         raise SetupError("corpus: name one or more assignments, or --all")
     out = Path(args.out) if args.out else course.grading_dir
-    return corpus(course, names, trusted_options(args), out, people=args.names,
+    return corpus(course, names, trusted_options(args), out, people=args.names, pool=args.pool,
                   min_variants=args.min_variants)  # fmt: skip
 
 

@@ -240,6 +240,7 @@ def _after_rows(args, course, g, rows, subs, out, writer, manual, sandbox) -> in
         quiet_sqlalchemy()
         record(course, args.assignment, rows, answers)
         finish(course, args.assignment, subs, rows)  # timestamps, secrets, due date, outputs
+        writer.finish(rows)  # report.json again, now with each row's timestamp and lateness
     print(
         f"sandbox: {sandbox.get('network')}; {sandbox.get('filesystem')}; uid {sandbox.get('uid')}"
     )

@@ -19,9 +19,12 @@ entry ``equivalent: true``::
             def luong_align(...): ...
 
 Each variant is graded under ``--names`` student names and its visible checks are run in order
-(as ``mutants`` does for its correct rewrites). A variant that loses any point under any name,
-or that fails a visible check, is a test (or check) judging something the notebook does not
-state: the report names the test, the student and the message. The coverage table counts the
+(as ``mutants`` does for its correct rewrites). With ``--pool P`` the names rotate through P
+names (variant ``i`` under names ``i * N .. i * N + N - 1`` mod P): each variant costs N gradings
+and the corpus as a whole meets all P names (``make test``: 3 of 8 for A3 and A4, 1 of 8 for
+A5). A variant that loses any point under any name, or that fails a visible check, is a test (or
+check) judging something the notebook does not state: the report names the test, the student and
+the message. The coverage table counts the
 variants per graded cell (the issue's bar: at least 8). Rows go to ``grading/corpus-<name>.json``;
 exit status 1 when any variant loses a point or fails a check, or a cell has fewer than
 ``--min-variants`` variants.
@@ -90,6 +93,7 @@ def corpus(
     out_dir: Path,
     *,
     people: int = 8,
+    pool: int = 0,
     min_variants: int = 8,
     skip_cells: frozenset[str] = frozenset({"train_vit"}),
 ) -> int:
@@ -103,12 +107,12 @@ def corpus(
                 continue
             counts = coverage(course, name, catalogue)
             table, top = grade_catalogue(
-                course, name, options, catalogue, names=people, runners=runners
+                course, name, options, catalogue, names=people, runners=runners, pool=pool
             )
             out = out_dir / f"corpus-{name}.json"
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps({"coverage": counts, "rows": table}, indent=1))
-            status |= report(name, table, top, counts, people, min_variants, skip_cells)
+            status |= report(name, table, top, counts, people, pool, min_variants, skip_cells)
     return status
 
 
@@ -118,12 +122,16 @@ def report(
     top: float,
     counts: dict[str, int],
     people: int,
+    pool: int,
     min_variants: int,
     skip_cells: frozenset[str],
 ) -> int:
     wrong = [r for r in table if any(r["lost"]) or r["message"]]
     thin = {c: n for c, n in counts.items() if n < min_variants and c not in skip_cells}
-    print(f"corpus {name}: {len(table) - 1} independent variants under {people} names")
+    met = len({n for r in table for n in r.get("names", [])})
+    under = f"each under {people} of {pool} names in rotation" if pool > people else ""
+    print(f"corpus {name}: {len(table) - 1} independent variants, "
+          f"{under or f'under {people} names'} ({met} names in all)")  # fmt: skip
     print("  variants per graded cell: " + ", ".join(f"{c} {n}" for c, n in counts.items()))
     for r in wrong:
         lost = ",".join(f"{x:g}" for x in r["lost"])

@@ -181,17 +181,22 @@ def grade_catalogue(
     names: int = 3,
     every: int = 1,
     runners: Runners | None = None,
+    pool: int = 0,
 ) -> tuple[list[dict], float]:
     """Grade the reference and each entry of ``catalogue`` (patches of the reference) under
-    ``names`` student names (every ``every``-th mistake only under all), run the visible checks
-    of each; the rows of the report and the points at stake."""
+    ``names`` student names (every ``every``-th mistake only under the first), run the visible
+    checks of each; the rows of the report and the points at stake. With ``pool`` > ``names``
+    the names rotate: entry ``i`` is graded under names ``i * names .. i * names + names - 1``
+    (mod ``pool``) of ``pool`` names, so the catalogue as a whole meets every one of them at the
+    cost of ``names`` per entry."""
     import torch
 
     from autograder.tools.fairness import student_names
 
     source = to_notebook(source_path(course, name).read_text(encoding="utf-8"), name)
     skip = SKIP
-    people = student_names(max(1, names))
+    names = max(1, names)
+    people = student_names(max(names, pool))
     rows = []
     with (
         skipping(),
@@ -217,9 +222,13 @@ def grade_catalogue(
             subs.append(Submission(mutant, notebooks, list(notebooks.values()), folder))
             rows.append({"mutant": mutant, "nb": nb, **spec})
         graded: list[list[dict]] = [[] for _ in subs]
-        for who, wanted in ((people, True), (people[:1], False)):
-            picked = [i for i, flag in enumerate(everyone) if flag == wanted]
-            batch = g.grade([subs[i] for i in picked], names=who) if picked else []
+        groups: dict[tuple[str, ...], list[int]] = {}  # names -> the entries graded under them
+        for i, flag in enumerate(everyone):
+            first = (i * names) % len(people) if len(people) > names else 0
+            who = tuple(people[(first + j) % len(people)] for j in range(names if flag else 1))
+            groups.setdefault(who, []).append(i)
+        for who, picked in groups.items():
+            batch = g.grade([subs[i] for i in picked], names=list(who))
             for j, i in enumerate(picked):
                 graded[i] = batch[j * len(who) : (j + 1) * len(who)]
     top = graded[0][0]["max_score"]
@@ -238,6 +247,7 @@ def grade_catalogue(
             {
                 "mutant": row["mutant"],
                 "equivalent": bool(row.get("equivalent")) or row["mutant"] == "reference",
+                "names": [r.get("student", "?") for r in group],
                 "lost": lost,
                 "killed": all(x > TOLERANCE for x in lost),
                 "seed_dependent": len(set(lost)) > 1,

@@ -165,6 +165,12 @@ def _phone(driver) -> None:
     )
 
 
+def _open(driver, server: str, page: str) -> None:
+    """Load ``page`` of the site and wait until it has loaded."""
+    driver.get(urljoin(server, page))
+    _wait(driver, "return document.readyState === 'complete'")
+
+
 def _wait(driver, script: str, timeout: float = 20.0) -> bool:
     deadline = time.monotonic() + scaled(timeout)  # a busy machine renders slowly
     while time.monotonic() < deadline:
@@ -361,8 +367,7 @@ def survey(html_dir, server, browser):
         rel = page.relative_to(html_dir).as_posix()
         info = results[rel] = {"problems": []}
         _desktop(browser)
-        browser.get(urljoin(server, rel))
-        _wait(browser, "return document.readyState === 'complete'")
+        _open(browser, server, rel)
         if not _wait(browser, MATHJAX_IDLE, timeout=30):
             info["problems"].append("MathJax did not finish")
         _wait(browser, MATH_FITTED, timeout=5)
@@ -563,8 +568,7 @@ def test_phone_screenshots_of_five_pages(html_dir, server, browser):
         for rel in PHONE_SHOTS:
             if not (html_dir / rel).exists():
                 continue
-            browser.get(urljoin(server, rel))
-            _wait(browser, "return document.readyState === 'complete'")
+            _open(browser, server, rel)
             _wait(browser, MATHJAX_IDLE, timeout=30)
             _wait(browser, MATH_FITTED, timeout=5)
             name = _shot_name(rel).removesuffix(".png")
@@ -650,8 +654,7 @@ def test_header_buttons_show_a_focus_ring(server, browser):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.keys import Keys
 
-    browser.get(urljoin(server, "chapters/02_attention_layer/01_dot_product.html"))
-    _wait(browser, "return document.readyState === 'complete'")
+    _open(browser, server, "chapters/02_attention_layer/01_dot_product.html")
     ring = """
     const el = document.activeElement;
     if (!el || !el.closest('.bd-header-article')) return null;
@@ -687,8 +690,7 @@ def test_search_is_one_tab_stop_at_both_widths(server, browser):
     try:
         for width, set_width in ((DESKTOP, _desktop), (PHONE, _phone)):
             set_width(browser)
-            browser.get(urljoin(server, "chapters/02_attention_layer/01_dot_product.html"))
-            _wait(browser, "return document.readyState === 'complete'")
+            _open(browser, server, "chapters/02_attention_layer/01_dot_product.html")
             browser.execute_script("document.activeElement && document.activeElement.blur()")
             names = []
             for _ in range(30):
@@ -704,8 +706,7 @@ def test_search_is_one_tab_stop_at_both_widths(server, browser):
 
 def test_printing_shows_folded_code_and_numbered_titles(server, browser):
     """Printed, a page shows its folded setup code and its title with the section number."""
-    browser.get(urljoin(server, "chapters/02_attention_layer/01_dot_product.html"))
-    _wait(browser, "return document.readyState === 'complete'")
+    _open(browser, server, "chapters/02_attention_layer/01_dot_product.html")
     try:
         browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"media": "print"})
         hidden, title = browser.execute_script(
@@ -766,8 +767,7 @@ def test_wrapped_source_lines_keep_their_indentation_at_1400_px(server, browser)
     _desktop(browser)
     wrapped, problems = 0, []
     for page in WRAPPING_PAGES:
-        browser.get(urljoin(server, page))
-        _wait(browser, "return document.readyState === 'complete'")
+        _open(browser, server, page)
         for text, ink, rows, ch in browser.execute_script(WRAPPED_ROWS):
             wrapped += 1
             for row in rows[1:]:
@@ -803,8 +803,7 @@ def test_a_box_that_scrolls_sideways_on_a_phone_shows_it(server, browser):
             "chapters/02_attention_layer/09_multi_head.html",
             "chapters/06_appendix_gpu/02_timing_memory.html",
         ):
-            browser.get(urljoin(server, page))
-            _wait(browser, "return document.readyState === 'complete'")
+            _open(browser, server, page)
             _wait(browser, MATH_FITTED, timeout=5)
             time.sleep(0.3)  # book.js marks the boxes after layout
             for what, marked, shadow in browser.execute_script(SCROLL_CUES):
@@ -836,8 +835,7 @@ def test_printed_pdf_holds_the_folded_code(server, browser):
         "chapters/02_attention_layer/09_multi_head.html",
         "chapters/05_vision/05_swin_windows.html",
     ):
-        browser.get(urljoin(server, page))
-        _wait(browser, "return document.readyState === 'complete'")
+        _open(browser, server, page)
         _wait(browser, MATHJAX_IDLE, timeout=30)
         lines = browser.execute_script(
             "return Array.from(document.querySelectorAll('article details .cell_input'))"
@@ -875,8 +873,7 @@ def test_first_load_of_the_landing_page_is_under_3_mb(html_dir, server, browser)
     landing = "index.html"  # Jupyter Book's index.html only redirects to the root page
     refresh = re.search(r'http-equiv="Refresh"[^>]*url=([^"]+)"', (html_dir / landing).read_text())
     landing = refresh.group(1) if refresh else landing
-    browser.get(urljoin(server, landing))
-    _wait(browser, "return document.readyState === 'complete'")
+    _open(browser, server, landing)
     _wait(browser, MATHJAX_IDLE, timeout=30)
     total, resources = browser.execute_async_script(
         """

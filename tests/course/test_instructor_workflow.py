@@ -209,6 +209,12 @@ def test_nbgrader_release_submit_collect_grade_feedback_export(course, tmp_path)
     assert re.search(r"alice\s+8 / 8", out.stdout) and re.search(r"bob\s+0 / 8", out.stdout)
     assert re.search(r"12345\s+8 / 8", out.stdout)
     assert "late: alice" in out.stdout
+    # the lateness reaches report.json and the class report's lateness histogram
+    report = json.loads((course / "autograder_out" / A / "report.json").read_text())
+    alice = next(r for r in report["rows"] if r["student"] == "alice")
+    assert alice["seconds_late"] > 0 and alice["timestamp"], alice.get("seconds_late")
+    insight = json.loads((course / "autograder_out" / A / "insight.json").read_text())
+    assert any(h > 0 for h in insight["hours_late"]), insight["hours_late"]
     autograded = grading / "autograded" / "alice" / A
     for name in ("timestamp.txt", "submission_secret.txt"):
         assert (autograded / name).read_text() == (
