@@ -13,7 +13,7 @@ NO_DEPS_PINS := timm==1.0.31
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 ASSIGNMENTS := $(notdir $(wildcard solutions/a*_*))
 
-.PHONY: all course install book release selfgrade summary test lint pytest clean student-bundle new-assignment test-lib test-grader test-book test-course mutants fairness
+.PHONY: all course install book release selfgrade summary test lint pytest clean student-bundle new-assignment test-lib test-grader test-book test-course mutants fairness launch-notebooks
 
 all: course
 
@@ -84,6 +84,12 @@ mutants: install
 fairness: install
 	$(PY) -m autograder corpus --all --names 20 --jobs 2
 	$(PY) -m autograder fairness $(ASSIGNMENTS) --names 20 --jobs 2
+
+## launch-notebooks: every launch notebook of the built site (the Colab and Binder buttons, and
+## Download > .ipynb) runs top to bottom in a fresh environment that has only the site's wheel, as
+## on Colab (make test runs one per chapter: tests/book/test_launch_notebooks.py RUN).
+launch-notebooks: install book
+	LAUNCH_NOTEBOOKS=all $(PY) -m pytest -n 2 tests/book/test_launch_notebooks.py -k fresh_environment
 
 ## student-bundle: dist/student/ and dist/student.zip for students: the released notebooks, the
 ## public wheel of course_lib, the book (NO_BOOK=1 leaves it out), a README; the build scans it for

@@ -16,6 +16,7 @@ versions, so that installing it on Colab keeps the reader's torch.
 from __future__ import annotations
 
 import json
+import os
 import re
 import zipfile
 from pathlib import Path
@@ -35,6 +36,23 @@ RUN = [
     "chapters/05_vision/02_vit",
     "chapters/06_appendix_gpu/04_data_parallel",
 ]
+
+
+def _every_page() -> list[str]:
+    """Every notebook page of the table of contents (``make launch-notebooks`` runs them all)."""
+    import importlib.util
+
+    path = REPO / "book" / "scripts" / "execute_pages.py"
+    spec = importlib.util.spec_from_file_location("execute_pages", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    book = REPO / "book"
+    return [p.relative_to(book).with_suffix("").as_posix() for p in module.toc_pages(book)]
+
+
+# `make launch-notebooks` (LAUNCH_NOTEBOOKS=all): every notebook, not one per chapter
+if os.environ.get("LAUNCH_NOTEBOOKS") == "all":
+    RUN = _every_page()
 RAW_MYST = re.compile(r"\{[\w:.-]+\}`|^\s*(?:`{3,}|:{3,})\{|^\s*\([\w-]+\)=\s*$", re.M)
 
 
