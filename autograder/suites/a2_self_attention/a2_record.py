@@ -335,6 +335,8 @@ def t5_variant(module: key.T5RelativeBias, scores: Tensor, offset: int, mistake:
         distance = rel.abs()
     else:
         distance = rel.abs() if mistake == "decoder_abs" else (-rel).clamp(min=0)
+        if mistake == "decoder_half_buckets":
+            nb //= 2
     exact = nb // 2
     far = exact + (torch.log(distance.float() / exact) / math.log(md / exact) * (nb - exact)).long()
     if mistake != "no_cap":
@@ -359,6 +361,8 @@ T5_MISTAKES = {
     "a cache of offset tokens), key j at j",
     "decoder_abs": "the decoder's distance is |j - i|: unidirectional, every key to the right "
     "shares bucket 0, d = max(i - j, 0)",
+    "decoder_half_buckets": "the decoder (bidirectional=False) uses num_buckets // 2 buckets, "
+    "as each half of the encoder's does: its keys on the left get all num_buckets",
     "reshape": "the (T_q, T_k, H) lookup is reshaped to (H, T_q, T_k), which mixes heads and "
     "positions: move the head axis in front with permute(2, 0, 1)",
     "bias_only": "it returns the bias alone: return scores + bias",
