@@ -50,6 +50,16 @@ def corpus_merges(n: int = 60) -> list[tuple[int, int]]:
     return learn_merges(words, list(counts.values()), num_merges=n, first_id=256)
 
 
+def bpe_leftmost(word: list[int], merges: list) -> list[int]:
+    """``word`` merged by the leftmost pair that has a merge, again and again."""
+    rank = {tuple(pair): k for k, pair in enumerate(merges)}
+    while True:
+        pair = next((p for p in zip(word, word[1:]) if p in rank), None)
+        if pair is None:
+            return word
+        word = merge_pair(word, pair, 256 + rank[pair])
+
+
 def bpe_variant(text: str, merges: list, mistake: str) -> list[int]:
     """The key's encoding with one usual mistake."""
     pieces = [text] if mistake == "no_pretokenize" else pretokenize(text)
@@ -61,7 +71,12 @@ def bpe_variant(text: str, merges: list, mistake: str) -> list[int]:
         word = list(piece.encode("utf-8"))
         if mistake == "latin1":
             word = [min(ord(c), 255) for c in piece]
+        if mistake == "leftmost":
+            ids.extend(bpe_leftmost(word, merges))
+            continue
         for k, pair in order:
+            if mistake == "stop_at_absent" and tuple(pair) not in set(zip(word, word[1:])):
+                break
             new = 255 + k if mistake == "id_offset" else 256 + k
             if mistake == "first_only":
                 for i in range(len(word) - 1):
@@ -83,6 +98,10 @@ BPE_MISTAKES = {
     "latin1": "the ids are characters, not UTF-8 bytes: start from piece.encode('utf-8')",
     "no_pretokenize": "a merge joined the end of one pre-token to the start of the next ('e' "
     "and ' ' in 'the little'): pretokenize the text first and merge inside each pre-token",
+    "leftmost": "the leftmost pair that has a merge is merged first: merge the pair of the "
+    "pre-token with the lowest merge number (the merge learned first), then look again",
+    "stop_at_absent": "it stops at the first merge whose pair is not in the pre-token: skip "
+    "that merge and go on, a later merge can still apply",
 }
 
 
@@ -202,7 +221,10 @@ def wp_variant(text: str, vocab: dict[str, int], mistake: str) -> list[int]:
                     pieces.append(unk)
                     start += 1
                     continue
-                pieces = [] if mistake == "skip_word" else [unk]
+                if mistake == "unk_rest":
+                    pieces.append(unk)
+                else:
+                    pieces = [] if mistake == "skip_word" else [unk]
                 break
             pieces.append(vocab[found[1]])
             start = found[0]
@@ -218,6 +240,9 @@ WP_MISTAKES = {
     "hash_first": "the first piece of a word has ## too: only the pieces that continue a word do",
     "unk_piece": "only the piece that fails becomes [UNK]: when no entry matches at some "
     "position the WHOLE word is one [UNK]",
+    "unk_rest": "the pieces found before a position no entry matches are kept, then one "
+    "[UNK]: when no entry matches at some position the WHOLE word is one [UNK], without the "
+    "pieces found before",
     "skip_word": "a word no entry matches is dropped: it becomes one [UNK]",
     "split_space": "the text is cut at single spaces only: cut at any whitespace, text.split()",
 }
