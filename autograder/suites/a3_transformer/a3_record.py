@@ -100,19 +100,25 @@ def encoder_block() -> dict:
     with torch.no_grad():
         want, want_w = ref(x, keep)
 
-        def pre(x0, a_in=n1, f_in=n2, mask=keep, res=(True, True), from_norm=False):
+        def pre(x0, a_in=n1, f_in=n2, mask=keep, res=(True, True), from_norm=(False, False)):
             h = a_in(x0) if a_in is not None else x0
             a = attn(h, mask=mask)
-            x1 = (h if from_norm else x0) + a if res[0] else a
-            f = ff(f_in(x1))
-            return x1 + f if res[1] else f
+            x1 = (h if from_norm[0] else x0) + a if res[0] else a
+            h1 = f_in(x1)
+            f = ff(h1)
+            return (h1 if from_norm[1] else x1) + f if res[1] else f
 
         h_post = n1(x + attn(x, mask=keep))
         mistakes = {
             "this is the post-norm block, Norm(x + f(x)) (the book's): a pre-norm block adds "
             "f(Norm(x)) to x, x = x + attention(norm1(x))": n2(h_post + ff(h_post)),
             "the residual adds the normalised x: x = x + attention(norm1(x)), not "
-            "norm1(x) + attention(norm1(x))": pre(x, from_norm=True),
+            "norm1(x) + attention(norm1(x))": pre(x, from_norm=(True, False)),
+            "x is overwritten by its normalised copy before each sub-layer (x = norm1(x), then "
+            "x = norm2(x)), so both residuals add the normalised x: keep x and normalise a "
+            "copy, x = x + attention(norm1(x)), then x = x + ff(norm2(x))": pre(
+                x, from_norm=(True, True)
+            ),
             "the residual of the self-attention is missing: x = x + attention(norm1(x))": pre(
                 x, res=(False, True)
             ),

@@ -236,6 +236,12 @@ def partition_mistakes(x: Tensor, ws: int) -> dict[str, Tensor]:
         "the windows are numbered column by column: number them row by row": by_columns.reshape(
             -1, ws, ws, C
         ),
+        "the padded map is cut into windows with a plain reshape: a window is then ws * ws "
+        "pixels in reading order, not a ws x ws square; reshape to (B, Hp / ws, ws, Wp / ws, "
+        "ws, C), swap the in-window-row and window-column axes (transpose(2, 3)), then reshape "
+        "to (B * nW, ws, ws, C), as window_partition does": F.pad(x, (0, 0, 0, pw, 0, ph)).reshape(
+            -1, ws, ws, C
+        ),
     }
     want = key.window_partition_padded(x, ws)
     return {m: a for m, a in out.items() if a.shape != want.shape or not torch.equal(a, want)}
@@ -252,6 +258,11 @@ def reverse_mistakes(windows: Tensor, ws: int, H: int, W: int) -> dict[str, Tens
         "right, keep x[:, :height, :width]": padded[:, Hp - H :, Wp - W :],
         "the windows are put back column by column: windows are numbered row by row": (
             by_columns.reshape(-1, Hp, Wp, C)[:, :H, :W]
+        ),
+        "the windows are put back with a plain reshape: reshape to (B, Hp / ws, Wp / ws, ws, "
+        "ws, C), swap the window-column and in-window-row axes back (transpose(2, 3)), then "
+        "reshape to (B, Hp, Wp, C), as window_reverse does": (
+            windows.reshape(-1, Hp, Wp, C)[:, :H, :W]
         ),
     }
     want = key.window_reverse_cropped(windows, ws, H, W)
