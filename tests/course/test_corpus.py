@@ -77,3 +77,39 @@ def test_independent_variants_lose_nothing_under_every_name(name, tmp_path):
     met = {n for r in rows for n in r["names"]}
     assert len(met) == POOL, f"{name}: the corpus met {len(met)} names, not {POOL}: {sorted(met)}"
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+
+
+@pytest.mark.slow
+def test_an_independent_a3_scores_full_marks_through_the_gradescope_zip(tmp_path):
+    """Issue 34: a correct A3 written by someone who never read the key scored 15 of 16 through
+    the Gradescope zip (float rounding ordered the beam's tied hypotheses). Two independent A3s
+    with their own tie orders (a heap in float64, a student's own sort), each a whole notebook
+    of the author's code, score full marks at /autograder under two Gradescope users each."""
+    from test_instructor_workflow import _gradescope_run
+
+    from autograder.tools.authoring import notebook_text, source_path, submission, to_notebook
+
+    name = "a3_transformer"
+    archive = tmp_path / "gs.zip"
+    out = time_limits.run(
+        [*GRADER, "gradescope", name, "--out", str(archive)],
+        capture_output=True,
+        text=True,
+        cpu=120,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    source = to_notebook(source_path(COURSE, name).read_text(encoding="utf-8"), name)
+    variants = load_corpus(COURSE, name)
+    for variant in ("author_a3/float64_inside_heap", "author_a3/printing_student_sort"):
+        spec = variants[variant]
+        assert set(spec["cells"]) == {"rms_norm", "encoder_block", "decoder_block",
+                                      "label_smoothing", "beam_search"}  # fmt: skip
+        text = notebook_text(submission(source, spec["cells"], variant)).encode()
+        for user in (5001, 5002):
+            where = tmp_path / f"{variant.split('/')[1]}-{user}"
+            results = _gradescope_run(archive, where, text, user=user)
+            lost = [t for t in results["tests"] if t["max_score"] and t["score"] < t["max_score"]]
+            assert not lost, f"{variant} as user {user}: " + "; ".join(
+                f"{t['name']}: {t.get('output', '')[:300]}" for t in lost
+            )
+            assert results["score"] == 16, (variant, user, results["score"])
