@@ -21,7 +21,7 @@ entry ``equivalent: true``::
 Each variant is graded under ``--names`` student names and its visible checks are run in order
 (as ``mutants`` does for its correct rewrites). With ``--pool P`` the names rotate through P
 names (variant ``i`` under names ``i * N .. i * N + N - 1`` mod P): each variant costs N gradings
-and the corpus as a whole meets all P names (``make test``: 3 of 8 for A3 and A4, 1 of 8 for
+and the corpus as a whole meets all P names (``make test``: 1 of 8 for
 A5). A variant that loses any point under any name, or that fails a visible check, is a test (or
 check) judging something the notebook does not state: the report names the test, the student and
 the message. The coverage table counts the
