@@ -418,9 +418,11 @@ def test_heavy_disguises_of_the_key_are_flagged_and_independent_students_are_not
 
 @pytest.mark.parametrize("assignment", [A2, A3])
 @pytest.mark.parametrize("copies", [4, 6])
-def test_a_key_shared_by_most_of_the_class_is_flagged(assignment, copies, tmp_path):
+def test_a_key_shared_by_most_of_the_class_is_flagged(assignment, copies, tmp_path, monkeypatch):
     """Half (or three quarters) of a class of 8 hand in the reference word for word: each is
-    flagged against the key, with one line per cell in the report; nobody else is."""
+    flagged against the key, with one line per cell in the report; nobody else is. The copies
+    are one group of the report, and a table longer than ``MAX_TABLE`` stops there (a key shared
+    by half a class of 1,000 is 125,000 pairs: the table was 93 MB of HTML)."""
     klass = corpus.shared_key(assignment, 8, copies)
     klass.background = dict(list(klass.background.items())[:3])  # the class outweighs them
     builder = S.Builder(COURSE, assignment)
@@ -431,6 +433,7 @@ def test_a_key_shared_by_most_of_the_class_is_flagged(assignment, copies, tmp_pa
     assert keyed == {n for n in klass.students if n.startswith("k")}
     assert all(m.key_score >= S.THRESHOLD for m in result.flagged if m.b == W.REFERENCE)
     assert all(klass.origin(m.a) == klass.origin(m.b) for m in result.flagged)
+    monkeypatch.setattr(R, "MAX_TABLE", 5)
     R.write_reports(tmp_path, assignment, result.matches, result.weights, result.per_cell,
                     S.THRESHOLD)  # fmt: skip
     md = (tmp_path / "similarity.md").read_text()
@@ -438,6 +441,16 @@ def test_a_key_shared_by_most_of_the_class_is_flagged(assignment, copies, tmp_pa
     assert f"{copies} submissions contain the key's" in md
     data = json.loads((tmp_path / "similarity.json").read_text())
     assert all(len(who) == copies for who in data["key"].values()) and data["key"]
+    copied = sorted(n for n in klass.students if n.startswith("k"))
+    inside = [m for m in result.flagged if m.kind == "student"]
+    assert {m.a for m in inside} | {m.b for m in inside} == set(copied)
+    assert R.groups(result.flagged) == [(copied, len(inside))]
+    assert f"{copies} submissions, {len(inside)} flagged pairs among them: " in md
+    rows = [line for line in md.splitlines() if line.startswith("| ") and "score" not in line]
+    assert len(rows) == 5 and len(data["pairs"]) == len(result.flagged) > 5
+    assert f"{len(result.flagged) - 5} more flagged pairs are not listed here" in md
+    page = (tmp_path / "similarity.html").read_text()
+    assert page.count("<tr><td>") == 5 and "<h2>Groups</h2>" in page
 
 
 A1 = "a1_rnn_attention"

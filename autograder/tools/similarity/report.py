@@ -14,8 +14,12 @@ from autograder.tools.similarity.fingerprints import K
 from autograder.tools.similarity.units import Unit
 from autograder.tools.similarity.weighting import CellMatch, CellWeights, Match, key_holders
 
-MAX_DETAILS = 40  # side-by-side views (the table lists every flagged pair)
+MAX_DETAILS = 40  # side-by-side views
 MAX_LISTED = 200  # pairs in the table and the JSON beyond the flagged ones: none
+# rows of the ranked table in .md and .html (similarity.json keeps every flagged pair): a group of
+# n identical submissions (a key shared by half a class of 1,000) is n (n - 1) / 2 pairs, and the
+# table would not open; the groups section gathers them instead
+MAX_TABLE = 300
 
 
 def matched_lines(cw: CellWeights, cm: CellMatch) -> tuple[set, set]:
@@ -98,6 +102,45 @@ def write_reports(
     return out / "similarity.md", out / "similarity.html"
 
 
+def groups(flagged: list[Match]) -> list[tuple[list[str], int]]:
+    """Submissions joined by flagged student ~ student pairs (the connected components), with
+    the number of flagged pairs inside each; groups of three or more, largest first."""
+    parent: dict[str, str] = {}
+
+    def root(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    students = [m for m in flagged if m.kind == "student"]
+    for m in students:
+        parent[root(m.a)] = root(m.b)
+    members: dict[str, list[str]] = {}
+    for x in list(parent):
+        members.setdefault(root(x), []).append(x)
+    pairs: dict[str, int] = {}
+    for m in students:
+        pairs[root(m.a)] = pairs.get(root(m.a), 0) + 1
+    found = [(sorted(who), pairs.get(r, 0)) for r, who in members.items() if len(who) >= 3]
+    return sorted(found, key=lambda g: (-len(g[0]), g[0]))
+
+
+def _group_lines(flagged: list[Match]) -> list[str]:
+    return [
+        f"{len(who)} submissions, {n} flagged pairs among them: {', '.join(who)}"
+        for who, n in groups(flagged)
+    ]
+
+
+def _more_line(flagged: list[Match]) -> str:
+    return (
+        f"{len(flagged) - MAX_TABLE} more flagged pairs are not listed here: similarity.json "
+        "has every one, and Groups below gathers the submissions they join."
+    )
+
+
 def _natural_text(cw: CellWeights, holders: list[str] = ()) -> str:
     text = (
         f"{cw.usual} of {cw.students} submissions hold nothing that few others wrote: "
@@ -157,6 +200,12 @@ _KEY_NOTE = (
 )
 
 
+_GROUP_NOTE = (
+    "Submissions joined by flagged pairs, three or more together: each holds code flagged with "
+    "another member's (a chain may join two that are not flagged with each other)."
+)
+
+
 def _markdown(assignment, flagged, weights, per_cell, threshold) -> str:
     lines = [f"# Similarity: {_md(assignment)}", "", _INTRO.format(t=threshold), ""]
     lines += ["## Ranked pairs", ""]
@@ -165,16 +214,23 @@ def _markdown(assignment, flagged, weights, per_cell, threshold) -> str:
     else:
         lines += ["| rank | score | submission | similar to | kind | cells (score) |",
                   "|---|---|---|---|---|---|"]  # fmt: skip
-        for i, m in enumerate(flagged, 1):
+        for i, m in enumerate(flagged[:MAX_TABLE], 1):
             lines.append(
                 f"| {i} | {m.score:.2f} | {_md(m.a)} | {_md(m.b)} | {m.kind} | {_md(_summary(m))} |"
             )
         lines.append("")
+        if len(flagged) > MAX_TABLE:
+            lines += [_md(_more_line(flagged)), ""]
     holders = key_holders(flagged, threshold)
     shared_key = _key_lines(flagged, threshold)
     if shared_key:
         lines += ["## Shared with the key", "", _KEY_NOTE, ""]
         lines += [f"- {_md(line)}" for line in shared_key]
+        lines.append("")
+    grouped = _group_lines(flagged)
+    if grouped:
+        lines += ["## Groups", "", _GROUP_NOTE, ""]
+        lines += [f"- {_md(line)}" for line in grouped]
         lines.append("")
     natural = [(k, cw) for k, cw in weights.items() if cw.natural]
     if natural:
@@ -230,18 +286,26 @@ def _html(assignment, flagged, weights, per_cell, threshold) -> str:
     else:
         parts.append("<table><tr><th>rank</th><th>score</th><th>submission</th>"
                      "<th>similar to</th><th>kind</th><th>cells (score)</th></tr>")  # fmt: skip
-        for i, m in enumerate(flagged, 1):
+        for i, m in enumerate(flagged[:MAX_TABLE], 1):
+            link = f"<a href='#pair{i}'>{i}</a>" if i <= MAX_DETAILS else str(i)
             parts.append(
-                f"<tr><td><a href='#pair{i}'>{i}</a></td><td>{m.score:.2f}</td>"
+                f"<tr><td>{link}</td><td>{m.score:.2f}</td>"
                 f"<td>{e(m.a)}</td><td>{e(m.b)}</td><td>{e(m.kind)}</td>"
                 f"<td>{e(_summary(m))}</td></tr>"
             )
         parts.append("</table>")
+        if len(flagged) > MAX_TABLE:
+            parts.append(f"<p>{e(_more_line(flagged))}</p>")
     holders = key_holders(flagged, threshold)
     shared_key = _key_lines(flagged, threshold)
     if shared_key:
         parts.append(f"<h2>Shared with the key</h2><p>{e(_KEY_NOTE)}</p><ul>")
         parts += [f"<li>{e(line)}</li>" for line in shared_key]
+        parts.append("</ul>")
+    grouped = _group_lines(flagged)
+    if grouped:
+        parts.append(f"<h2>Groups</h2><p>{e(_GROUP_NOTE)}</p><ul>")
+        parts += [f"<li>{e(line)}</li>" for line in grouped]
         parts.append("</ul>")
     natural = [(k, cw) for k, cw in weights.items() if cw.natural]
     if natural:
