@@ -695,14 +695,19 @@ def min_p_on_logits(logits: Tensor, min_p: float) -> Tensor:
 
 def min_p_inputs(rng, shape):
     """Logits whose probabilities stay clear of the threshold (no ties at the boundary), where
-    comparing the logits instead keeps other tokens (under every name)."""
+    comparing the logits instead keeps other tokens, and where an absolute threshold
+    (``probs >= min_p``, without scaling by the top probability) drops a token the rule keeps,
+    clear of rounding: both mistakes cost the same under every name (the absolute threshold
+    passed under 2 names of 20 when a draw had no such token)."""
     while True:
         logits = torch.randn(*shape, generator=rng) * 2
         mp = float(torch.empty(()).uniform_(0.02, 0.5, generator=rng))
         probs = logits.double().softmax(-1)
         ratio = probs / probs.amax(-1, keepdim=True)
         on_logits = torch.isfinite(min_p_on_logits(logits, mp))
-        if ((ratio - mp).abs() > 1e-4).all() and not torch.equal(on_logits, ratio >= mp):
+        absolute = ((ratio > mp + 1e-4) & (probs < mp - 1e-4)).any()
+        clear = ((ratio - mp).abs() > 1e-4).all()
+        if clear and absolute and not torch.equal(on_logits, ratio >= mp):
             return logits, mp
 
 
