@@ -41,6 +41,13 @@ def check(args: argparse.Namespace, course: Course) -> int:
         help="rotate each variant's --names through this many names (the corpus meets all)",
     ),
     arg("--min-variants", type=int, default=8, help="variants each graded cell needs (8)"),
+    arg(
+        "--trained",
+        type=int,
+        default=0,
+        help="run the tests of a trained model (A5's train_vit) under this many of each "
+        "variant's names only, rotating through the pool (default: under all)",
+    ),
     arg("--out", help="folder for corpus-<name>.json (default grading/)"),
     limits=True,
 )
@@ -52,7 +59,7 @@ def corpus(args: argparse.Namespace, course: Course) -> int:
         raise SetupError("corpus: name one or more assignments, or --all")
     out = Path(args.out) if args.out else course.grading_dir
     return corpus(course, names, trusted_options(args), out, people=args.names, pool=args.pool,
-                  min_variants=args.min_variants)  # fmt: skip
+                  min_variants=args.min_variants, trained=args.trained)  # fmt: skip
 
 
 @command(

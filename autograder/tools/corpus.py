@@ -21,10 +21,12 @@ entry ``equivalent: true``::
 Each variant is graded under ``--names`` student names and its visible checks are run in order
 (as ``mutants`` does for its correct rewrites). With ``--pool P`` the names rotate through P
 names (variant ``i`` under names ``i * N .. i * N + N - 1`` mod P): each variant costs N gradings
-and the corpus as a whole meets all P names (``make test``: 1 of 8 for
-A5). A variant that loses any point under any name, or that fails a visible check, is a test (or
-check) judging something the notebook does not state: the report names the test, the student and
-the message. The coverage table counts the
+and the corpus as a whole meets all P names. ``--trained K`` runs the tests of a trained model
+(A5's ``check_train_vit``: every such grading trains the ViT twice) under K of each variant's
+names only, rotating through the pool, and passes them without running under the others
+(``make test``: A5 under 8 names, trained under 1). A variant that loses any point under any
+name, or that fails a visible check, is a test (or check) judging something the notebook does not
+state: the report names the test, the student and the message. The coverage table counts the
 variants per graded cell (the issue's bar: at least 8). Rows go to ``grading/corpus-<name>.json``;
 exit status 1 when any variant loses a point or fails a check, or a cell has fewer than
 ``--min-variants`` variants.
@@ -96,8 +98,14 @@ def corpus(
     pool: int = 0,
     min_variants: int = 8,
     skip_cells: frozenset[str] = frozenset({"train_vit"}),
+    trained: int = 0,
 ) -> int:
+    """Grade the corpus of each of ``names`` under ``people`` names (rotating through ``pool``).
+    With ``0 < trained < people`` the tests of a trained model (``mutants.SKIP``: A5's
+    ``check_train_vit``, two trainings a grading) run under ``trained`` of each variant's names
+    only; under the others they pass without running, everything else is graded under all."""
     status = 0
+    partial = 0 < trained < people
     with Runners(course, options, [course.suite_dir(n) for n in names]) as runners:
         for name in names:
             catalogue = load_corpus(course, name)
@@ -107,13 +115,43 @@ def corpus(
                 continue
             counts = coverage(course, name, catalogue)
             table, top = grade_catalogue(
-                course, name, options, catalogue, names=people, runners=runners, pool=pool
+                course,
+                name,
+                options,
+                catalogue,
+                names=trained if partial else people,
+                runners=runners,
+                pool=pool,
             )
+            if partial:
+                # runners=None: the grader starts its own runners inside mutants.skipping()
+                untrained, _ = grade_catalogue(
+                    course, name, options, catalogue, names=people, pool=pool, checks=False
+                )
+                table = [merge(a, b) for a, b in zip(table, untrained, strict=True)]
             out = out_dir / f"corpus-{name}.json"
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps({"coverage": counts, "rows": table}, indent=1))
-            status |= report(name, table, top, counts, people, pool, min_variants, skip_cells)
+            status |= report(
+                name, table, top, counts, people, pool, min_variants, skip_cells, trained
+            )
     return status
+
+
+def merge(trained: dict, untrained: dict) -> dict:
+    """One variant's row from its grading with the trained-model tests and without them."""
+    assert trained["mutant"] == untrained["mutant"]
+    lost = untrained["lost"] + trained["lost"]
+    return {
+        **trained,
+        "names": untrained["names"] + trained["names"],
+        "trained_names": trained["names"],
+        "lost": lost,
+        "seed_dependent": len(set(lost)) > 1,
+        "failed_tests": sorted({*trained["failed_tests"], *untrained["failed_tests"]}),
+        "failures": {**untrained["failures"], **trained["failures"]},
+        "seconds": trained["seconds"],  # per test, the most under any name of the trained grading
+    }
 
 
 def report(
@@ -125,6 +163,7 @@ def report(
     pool: int,
     min_variants: int,
     skip_cells: frozenset[str],
+    trained: int = 0,
 ) -> int:
     wrong = [r for r in table if any(r["lost"]) or r["message"]]
     thin = {c: n for c, n in counts.items() if n < min_variants and c not in skip_cells}
@@ -132,6 +171,8 @@ def report(
     under = f"each under {people} of {pool} names in rotation" if pool > people else ""
     print(f"corpus {name}: {len(table) - 1} independent variants, "
           f"{under or f'under {people} names'} ({met} names in all)")  # fmt: skip
+    if 0 < trained < people:
+        print(f"  the tests of a trained model under {trained} name(s) per variant, rotating")
     print("  variants per graded cell: " + ", ".join(f"{c} {n}" for c, n in counts.items()))
     for r in wrong:
         lost = ",".join(f"{x:g}" for x in r["lost"])
