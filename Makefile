@@ -79,8 +79,8 @@ mutants: install
 
 ## fairness: the full fairness sweep under 20 student names: every independent correct variant
 ## (autograder/samples/<name>/independent/) at full marks, and the reference, blank and samples
-## scoring the same under every name (make test grades each variant under 8 names, A5 under
-## 1 rotating through 8 so that its corpus meets all 8: tests/course/test_corpus.py NAMES).
+## scoring the same under every name (make test grades each variant under 8 names, A5's
+## training test under 1 of them rotating through the 8: tests/course/test_corpus.py TRAINED).
 fairness: install
 	$(PY) -m autograder corpus --all --names 20 --jobs 2
 	$(PY) -m autograder fairness $(ASSIGNMENTS) --names 20 --jobs 2
